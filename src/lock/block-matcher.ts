@@ -1,0 +1,108 @@
+/**
+ * Recognises the one transaction shape the proxy rewrites:
+ *
+ *     MULTI
+ *     INCR k            | INCRBY k <int64>
+ *     EXPIRE k <secs>   | PEXPIRE k <ms>      (no NX/XX/GT/LT)
+ *     EXEC
+ *
+ * on a key a rule names. It is fed the head of each frame after MULTI and
+ * answers, as early as possible, whether the block can still match.
+ */
+import { Cmd } from '../resp/commands.js';
+import type { RequestScanner } from '../resp/request-scanner.js';
+import type { Rule, RuleSet } from '../rules/types.js';
+import { isRedisInteger, isRewritableExpiry } from './integers.js';
+import type { LockCall } from './script.js';
+
+const ONE = Buffer.from('1');
+
+export const enum BlockStep {
+  /** MULTI seen; waiting for the increment. */
+  Increment,
+  /** Waiting for the expiry. */
+  Expire,
+  /** Waiting for EXEC. */
+  Exec,
+  /** The whole block matched. */
+  Complete,
+}
+
+export class BlockMatcher {
+  step = BlockStep.Increment;
+  rule: Rule | undefined;
+  private key: Buffer = ONE;
+  private increment: LockCall['increment'] = 'INCR';
+  private delta: Buffer = ONE;
+  private expire: LockCall['expire'] = 'EXPIRE';
+  private ttl: Buffer = ONE;
+
+  /** True when the frame whose head the scanner holds is MULTI as the block must start. */
+  static isBlockStart(scanner: RequestScanner): boolean {
+    return scanner.cmd === Cmd.Multi && scanner.argc === 1 && !scanner.inline;
+  }
+
+  /** Starts matching a new block (after its MULTI). */
+  reset(): void {
+    this.step = BlockStep.Increment;
+    this.rule = undefined;
+  }
+
+  /**
+   * Offers the next frame's head. Returns false when the block cannot match
+   * any more; the matcher is then done with this block.
+   */
+  accept(scanner: RequestScanner, rules: RuleSet): boolean {
+    if (scanner.inline || scanner.oversize) return false;
+    switch (this.step) {
+      case BlockStep.Increment:
+        return this.acceptIncrement(scanner, rules);
+      case BlockStep.Expire:
+        return this.acceptExpire(scanner);
+      case BlockStep.Exec:
+        if (scanner.cmd !== Cmd.Exec || scanner.argc !== 1) return false;
+        this.step = BlockStep.Complete;
+        return true;
+      case BlockStep.Complete:
+        return false;
+    }
+  }
+
+  /** The script call for a complete block. */
+  call(): LockCall {
+    return { key: this.key, increment: this.increment, delta: this.delta, expire: this.expire, ttl: this.ttl };
+  }
+
+  private acceptIncrement(scanner: RequestScanner, rules: RuleSet): boolean {
+    const key = scanner.key.subarray(0, scanner.keyLength);
+    if (scanner.cmd === Cmd.Incr && scanner.argc === 2) {
+      this.increment = 'INCR';
+      this.delta = ONE;
+    } else if (scanner.cmd === Cmd.Incrby && scanner.argc === 3) {
+      const delta = scanner.value.subarray(0, scanner.valueLength);
+      if (!isRedisInteger(delta)) return false;
+      this.increment = 'INCRBY';
+      this.delta = Buffer.from(delta);
+    } else {
+      return false;
+    }
+    const rule = rules.match(key);
+    if (rule === undefined) return false;
+    this.rule = rule;
+    this.key = Buffer.from(key);
+    this.step = BlockStep.Expire;
+    return true;
+  }
+
+  private acceptExpire(scanner: RequestScanner): boolean {
+    const milliseconds = scanner.cmd === Cmd.Pexpire;
+    if ((scanner.cmd !== Cmd.Expire && !milliseconds) || scanner.argc !== 3) return false;
+    if (!this.key.equals(scanner.key.subarray(0, scanner.keyLength))) return false;
+    const ttl = scanner.value.subarray(0, scanner.valueLength);
+    if (!isRewritableExpiry(ttl, milliseconds)) return false;
+    this.expire = milliseconds ? 'PEXPIRE' : 'EXPIRE';
+    this.ttl = Buffer.from(ttl);
+    this.step = BlockStep.Exec;
+    return true;
+  }
+}

@@ -1,0 +1,138 @@
+/**
+ * The Lua script that replaces a matched lock block, the command that runs
+ * it, and the translation of its reply back into the four replies the client
+ * expects from MULTI / INCR[BY] / [P]EXPIRE / EXEC.
+ */
+import { createHash } from 'node:crypto';
+
+/**
+ * KEYS[1]: the key. ARGV: increment command, delta, expiry command, expiry.
+ *
+ * The increment runs with pcall so that an execution error (wrong type, not
+ * an integer, overflow) lands inside the array exactly where EXEC would have
+ * put it. Any other error (OOM, READONLY, NOPERM, ...) is one that Redis
+ * would have raised while queueing the original block, which then behaves
+ * differently (EXECABORT); the script returns it as its own error, having
+ * written nothing, and the proxy sends the original block instead.
+ *
+ * The expiry is applied only when the key has none after the increment: that
+ * is a key the increment just created, or one that lost its expiry (healed).
+ * A lock somebody holds keeps the expiry its owner set.
+ *
+ * Counters beyond 2^53 cannot cross Lua's doubles exactly, so their exact
+ * value is read back as a string.
+ */
+export const LOCK_SCRIPT = `-- redis-lock-proxy: expire-on-create
+local key = KEYS[1]
+local n
+if ARGV[1] == 'INCR' then n = redis.pcall('INCR', key) else n = redis.pcall('INCRBY', key, ARGV[2]) end
+if type(n) == 'table' then
+  local e = n.err
+  if not (string.find(e, 'WRONGTYPE ', 1, true) == 1
+      or string.find(e, 'ERR value is not an integer', 1, true) == 1
+      or string.find(e, 'ERR increment or decrement would overflow', 1, true) == 1) then
+    return n
+  end
+end
+local applied = 0
+if redis.call('PTTL', key) == -1 then applied = redis.call(ARGV[3], key, ARGV[4]) end
+if type(n) == 'number' and (n >= 9007199254740992 or n <= -9007199254740992) then n = redis.call('GET', key) end
+return {n, applied}
+`;
+
+export const LOCK_SCRIPT_SHA = createHash('sha1').update(LOCK_SCRIPT).digest('hex');
+
+/** What the script is asked to do, from a matched block. */
+export interface LockCall {
+  key: Buffer;
+  /** INCR or INCRBY */
+  increment: 'INCR' | 'INCRBY';
+  /** Delta as sent (INCRBY), or "1" for INCR. */
+  delta: Buffer;
+  /** EXPIRE or PEXPIRE */
+  expire: 'EXPIRE' | 'PEXPIRE';
+  ttl: Buffer;
+}
+
+const CRLF = Buffer.from('\r\n');
+const EVALSHA_HEAD = Buffer.from(`*8\r\n$7\r\nEVALSHA\r\n$40\r\n${LOCK_SCRIPT_SHA}\r\n$1\r\n1\r\n`);
+const EVAL_HEAD = Buffer.from(`*8\r\n$4\r\nEVAL\r\n$${Buffer.byteLength(LOCK_SCRIPT)}\r\n${LOCK_SCRIPT}\r\n$1\r\n1\r\n`);
+
+function bulk(parts: Buffer[], value: Buffer | string): void {
+  const bytes = typeof value === 'string' ? Buffer.from(value, 'latin1') : value;
+  parts.push(Buffer.from(`$${bytes.length}\r\n`), bytes, CRLF);
+}
+
+/** The RESP command that runs the script: EVALSHA normally, EVAL when the script cache lost it. */
+export function encodeLockCall(call: LockCall, withSource: boolean): Buffer {
+  const parts: Buffer[] = [withSource ? EVAL_HEAD : EVALSHA_HEAD];
+  bulk(parts, call.key);
+  bulk(parts, call.increment);
+  bulk(parts, call.delta);
+  bulk(parts, call.expire);
+  bulk(parts, call.ttl);
+  return Buffer.concat(parts);
+}
+
+/** The first three replies of every rewritten block, and the EXEC array header. */
+const REPLIES_HEAD = Buffer.from('+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n');
+
+export type ScriptOutcome =
+  /** The script ran: these are the client's four replies. */
+  | { kind: 'replies'; bytes: Buffer; counter: string; applied: boolean }
+  /** The script did not run (or refused to): send the original block. */
+  | { kind: 'error'; message: string }
+  /** A reply the proxy cannot interpret; the script may have run. */
+  | { kind: 'unexpected'; message: string };
+
+/** Reads one `<prefix><text>\r\n` line starting at `pos`; returns the text end, or -1. */
+function lineEnd(reply: Buffer, pos: number): number {
+  const cr = reply.indexOf(0x0d, pos);
+  return cr === -1 || reply[cr + 1] !== 0x0a ? -1 : cr;
+}
+
+/** Turns the script's reply (one complete RESP frame) into the client's replies. */
+export function translateScriptReply(reply: Buffer): ScriptOutcome {
+  const type = reply[0];
+  if (type === 0x2d /* - */ || type === 0x21 /* ! */) {
+    return { kind: 'error', message: reply.toString('latin1').replace(/\r\n$/, '').slice(0, 200) };
+  }
+  const unexpected = (): ScriptOutcome => ({
+    kind: 'unexpected',
+    message: `unexpected script reply ${JSON.stringify(reply.subarray(0, 80).toString('latin1'))}`,
+  });
+  if (!reply.subarray(0, 4).equals(REPLIES_HEAD.subarray(REPLIES_HEAD.length - 4))) return unexpected();
+
+  // First element: the counter (integer, or a bulk string for huge values), or the increment's error.
+  let pos = 4;
+  let end = lineEnd(reply, pos);
+  if (end === -1) return unexpected();
+  let first: Buffer;
+  let counter: string;
+  if (reply[pos] === 0x3a /* : */ || reply[pos] === 0x2d /* - */) {
+    first = reply.subarray(pos, end + 2);
+    counter = reply[pos] === 0x3a ? reply.toString('latin1', pos + 1, end) : '';
+    pos = end + 2;
+  } else if (reply[pos] === 0x24 /* $ */) {
+    const length = Number(reply.toString('latin1', pos + 1, end));
+    const start = end + 2;
+    counter = reply.toString('latin1', start, start + length);
+    if (!/^-?\d+$/.test(counter)) return unexpected();
+    first = Buffer.from(`:${counter}\r\n`, 'latin1');
+    pos = start + length + 2;
+  } else {
+    return unexpected();
+  }
+
+  // Second element: whether the expiry was applied.
+  end = lineEnd(reply, pos);
+  if (end === -1 || reply[pos] !== 0x3a || end + 2 !== reply.length) return unexpected();
+  const applied = reply.toString('latin1', pos + 1, end);
+  if (applied !== '0' && applied !== '1') return unexpected();
+  return {
+    kind: 'replies',
+    bytes: Buffer.concat([REPLIES_HEAD, first, reply.subarray(pos)]),
+    counter,
+    applied: applied === '1',
+  };
+}

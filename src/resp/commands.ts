@@ -1,0 +1,104 @@
+/**
+ * The handful of commands whose presence changes what the proxy may do.
+ * Everything else is `Cmd.Other`: forwarded untouched, one reply expected.
+ *
+ * Classification works on raw name bytes without allocating, because it runs
+ * for every frame on the pass-through path.
+ */
+export const Cmd = {
+  /** Any command the proxy does not need to know about. */
+  Other: 0,
+  /** `*0`, `*-1` or a blank inline line: Redis executes nothing and sends no reply. */
+  Empty: 1,
+  Multi: 2,
+  Exec: 3,
+  Discard: 4,
+  Watch: 5,
+  Unwatch: 6,
+  Reset: 7,
+  Incr: 8,
+  Incrby: 9,
+  Expire: 10,
+  Pexpire: 11,
+  /** CLIENT: only `CLIENT REPLY` matters (it suppresses replies). */
+  Client: 12,
+  /**
+   * Commands after which replies can no longer be counted one per request:
+   * the (un)subscribe family (one reply per channel, and pushes in RESP2 look
+   * like replies), MONITOR (an endless stream), SYNC/PSYNC (replication stream).
+   */
+  Uncountable: 13,
+} as const;
+export type Cmd = (typeof Cmd)[keyof typeof Cmd];
+
+interface NameEntry {
+  readonly lower: Uint8Array;
+  readonly cmd: Cmd;
+}
+
+const NAMES: Array<[string, Cmd]> = [
+  ['multi', Cmd.Multi],
+  ['exec', Cmd.Exec],
+  ['discard', Cmd.Discard],
+  ['watch', Cmd.Watch],
+  ['unwatch', Cmd.Unwatch],
+  ['reset', Cmd.Reset],
+  ['incr', Cmd.Incr],
+  ['incrby', Cmd.Incrby],
+  ['expire', Cmd.Expire],
+  ['pexpire', Cmd.Pexpire],
+  ['client', Cmd.Client],
+  ['subscribe', Cmd.Uncountable],
+  ['psubscribe', Cmd.Uncountable],
+  ['ssubscribe', Cmd.Uncountable],
+  ['unsubscribe', Cmd.Uncountable],
+  ['punsubscribe', Cmd.Uncountable],
+  ['sunsubscribe', Cmd.Uncountable],
+  ['monitor', Cmd.Uncountable],
+  ['sync', Cmd.Uncountable],
+  ['psync', Cmd.Uncountable],
+];
+
+/** Longest name worth looking at; longer names are always `Cmd.Other`. */
+export const MAX_CLASSIFIED_NAME = 12;
+
+/** Candidates indexed by name length, so most names are rejected by one array lookup. */
+const BY_LENGTH: NameEntry[][] = (() => {
+  const table: NameEntry[][] = Array.from({ length: MAX_CLASSIFIED_NAME + 1 }, () => []);
+  for (const [name, cmd] of NAMES) table[name.length].push({ lower: Buffer.from(name, 'latin1'), cmd });
+  return table;
+})();
+
+/** True when `buf[start..start+len)` equals the lower-case ASCII word `lower`, ignoring letter case. */
+export function equalsIgnoreCase(buf: Uint8Array, start: number, lower: Uint8Array): boolean {
+  for (let i = 0; i < lower.length; i++) {
+    // OR-ing 0x20 lower-cases A-Z and is the identity on a-z; no other byte maps onto a letter.
+    if ((buf[start + i] | 0x20) !== lower[i]) return false;
+  }
+  return true;
+}
+
+/** Classifies a command name held in `buf[start..start+len)`. */
+export function classifyCommand(buf: Uint8Array, start: number, len: number): Cmd {
+  if (len > MAX_CLASSIFIED_NAME) return Cmd.Other;
+  const candidates = BY_LENGTH[len];
+  for (let i = 0; i < candidates.length; i++) {
+    if (equalsIgnoreCase(buf, start, candidates[i].lower)) return candidates[i].cmd;
+  }
+  return Cmd.Other;
+}
+
+/** How many leading arguments (name included) the proxy needs to see to act on a command. */
+export function argsNeeded(cmd: Cmd): number {
+  switch (cmd) {
+    case Cmd.Incr:
+    case Cmd.Client:
+      return 2;
+    case Cmd.Incrby:
+    case Cmd.Expire:
+    case Cmd.Pexpire:
+      return 3;
+    default:
+      return 1;
+  }
+}

@@ -1,0 +1,199 @@
+/**
+ * Streaming reply counter for the server-to-client direction.
+ *
+ * It walks RESP2 and RESP3 replies to find where each top-level reply ends,
+ * without decoding values: bulk bodies are skipped by length, so a 256 MiB
+ * value costs one length line. Push frames (`>`) are out-of-band data, not
+ * replies to commands, and are reported separately; an attribute (`|`) is a
+ * prefix of the reply it annotates.
+ *
+ * Resumable at any byte, and allocation-free.
+ */
+
+const enum State {
+  Type,
+  Line,
+  LineLf,
+  Body,
+}
+
+/** What kind of line is being read. */
+const enum LineKind {
+  /** Simple string, error, integer, null, double, boolean, big number: nothing to keep. */
+  Simple,
+  /** `$ ! =`: a length, then that many bytes and CRLF. */
+  Length,
+  /** `* ~ > `: element count. */
+  Array,
+  /** `%`: pair count. */
+  Map,
+  /** `|`: pair count, and then the annotated value follows. */
+  Attribute,
+}
+
+export class ReplyScanner {
+  /** Top-level non-push replies completed by the last `scan()` call. */
+  replies = 0;
+  /** Set when the stream holds something this scanner cannot follow (for example RESP3 streamed types). */
+  error = '';
+  /** Offset in the current chunk where the reply in progress (or last completed) began, -1 if in an earlier chunk. */
+  frameStart = -1;
+  /** Whether the top-level frame in progress (or last completed) is a push. */
+  isPush = false;
+
+  private state = State.Type;
+  private kind = LineKind.Simple;
+  /** Values still to be read to complete the current top-level frame; 0 between frames. */
+  private need = 0;
+  private number = 0;
+  private negative = false;
+  private bodyLeft = 0;
+
+  /** True when the scanner is between top-level frames. */
+  get atFrameBoundary(): boolean {
+    return this.need === 0 && this.state === State.Type;
+  }
+
+  newChunk(): void {
+    this.frameStart = -1;
+  }
+
+  /**
+   * Scans from `pos` and stops after `maxReplies` complete non-push replies,
+   * after one complete top-level frame of any kind when `stopAtAnyFrame`, or at
+   * the end of the chunk. Returns the offset reached.
+   */
+  scan(buf: Buffer, pos: number, maxReplies: number, stopAtAnyFrame = false): number {
+    this.replies = 0;
+    const end = buf.length;
+    while (pos < end) {
+      switch (this.state) {
+        case State.Type: {
+          if (this.need === 0) {
+            this.need = 1;
+            this.frameStart = pos;
+            this.isPush = buf[pos] === 0x3e; /* > */
+          }
+          const ok = this.readType(buf[pos++]);
+          if (!ok) return pos - 1;
+          break;
+        }
+
+        case State.Line: {
+          const cr = buf.indexOf(0x0d, pos);
+          if (this.kind === LineKind.Simple) {
+            if (cr === -1) return end;
+            pos = cr + 1;
+          } else {
+            const stop = cr === -1 ? end : cr;
+            for (; pos < stop; pos++) {
+              const byte = buf[pos];
+              if (byte === 0x2d) this.negative = true;
+              else this.number = this.number * 10 + (byte - 0x30);
+            }
+            if (cr === -1) return end;
+            pos++;
+          }
+          this.state = State.LineLf;
+          break;
+        }
+
+        case State.LineLf:
+          pos++;
+          if (this.endLine()) {
+            this.replies += this.isPush ? 0 : 1;
+            if (stopAtAnyFrame || this.replies === maxReplies) return pos;
+          }
+          break;
+
+        case State.Body: {
+          const n = Math.min(this.bodyLeft, end - pos);
+          pos += n;
+          this.bodyLeft -= n;
+          if (this.bodyLeft === 0) {
+            this.state = State.Type;
+            if (this.valueDone()) {
+              this.replies += this.isPush ? 0 : 1;
+              if (stopAtAnyFrame || this.replies === maxReplies) return pos;
+            }
+          }
+          break;
+        }
+      }
+    }
+    return pos;
+  }
+
+  private readType(type: number): boolean {
+    switch (type) {
+      case 0x2b: // + simple string
+      case 0x2d: // - error
+      case 0x3a: // : integer
+      case 0x5f: // _ null
+      case 0x2c: // , double
+      case 0x23: // # boolean
+      case 0x28: // ( big number
+        this.kind = LineKind.Simple;
+        break;
+      case 0x24: // $ bulk string
+      case 0x21: // ! bulk error
+      case 0x3d: // = verbatim string
+        this.kind = LineKind.Length;
+        break;
+      case 0x2a: // * array
+      case 0x7e: // ~ set
+      case 0x3e: // > push
+        this.kind = LineKind.Array;
+        break;
+      case 0x25: // % map
+        this.kind = LineKind.Map;
+        break;
+      case 0x7c: // | attribute
+        this.kind = LineKind.Attribute;
+        break;
+      default:
+        this.error = `unexpected reply type byte 0x${type.toString(16).padStart(2, '0')}`;
+        return false;
+    }
+    this.state = State.Line;
+    this.number = 0;
+    this.negative = false;
+    return true;
+  }
+
+  /** Called after a type line's LF. Returns true when a top-level frame completed. */
+  private endLine(): boolean {
+    this.state = State.Type;
+    const count = this.negative ? -1 : this.number;
+    switch (this.kind) {
+      case LineKind.Simple:
+        return this.valueDone();
+      case LineKind.Length:
+        if (count < 0) return this.valueDone(); // $-1: null bulk
+        this.bodyLeft = count + 2;
+        this.state = State.Body;
+        return false;
+      case LineKind.Array:
+        if (count > 0) {
+          this.need += count - 1; // the aggregate itself is replaced by its elements
+          return false;
+        }
+        return this.valueDone();
+      case LineKind.Map:
+        if (count > 0) {
+          this.need += 2 * count - 1;
+          return false;
+        }
+        return this.valueDone();
+      case LineKind.Attribute:
+        // An attribute is metadata in front of the value it annotates: that value still counts.
+        this.need += 2 * Math.max(count, 0);
+        return false;
+    }
+  }
+
+  private valueDone(): boolean {
+    this.need--;
+    return this.need === 0;
+  }
+}

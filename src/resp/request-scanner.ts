@@ -1,0 +1,358 @@
+/**
+ * Streaming framer for the client-to-server direction.
+ *
+ * It finds where each command frame starts and ends, and reads just enough of
+ * its head (command name, first key, one small argument) for the proxy to
+ * decide what to do with it. Argument bodies beyond the head are skipped by
+ * length, never copied, so a 100 MB SET costs the same as a PING.
+ *
+ * The grammar mirrors how Redis itself reads requests (networking.c
+ * processMultibulkBuffer / processInlineBuffer), so that the proxy and Redis
+ * always agree on frame boundaries:
+ *   - a frame starting with `*` is a multibulk: `*<n>\r\n` then n times
+ *     `$<len>\r\n<len bytes>\r\n`. Counts are parsed like Redis's string2ll
+ *     (no `+`, no leading zeros); the two bytes after a body are skipped
+ *     without being checked, as Redis does. `*0` and `*-1` are empty frames.
+ *   - anything else is an inline command: one line up to `\n`.
+ * Input Redis would reject with a protocol error sets `malformed`; the proxy
+ * then stops interpreting and lets Redis answer it.
+ *
+ * The scanner is resumable at any byte: TCP may split a frame anywhere.
+ */
+import { argsNeeded, classifyCommand, Cmd, MAX_CLASSIFIED_NAME } from './commands.js';
+
+/** Redis's PROTO_INLINE_MAX_SIZE: longest inline request or count line it accepts. */
+export const MAX_LINE = 64 * 1024;
+/** Longest key the proxy captures; a longer key is never a rewrite candidate. */
+export const MAX_CAPTURED_KEY = 1024;
+/** Longest second argument captured (an integer needs at most 20 bytes). */
+export const MAX_CAPTURED_VALUE = 32;
+
+/** Bits of `RequestScanner.event`. HEAD and END may be set together. */
+export const HEAD = 1;
+export const END = 2;
+export const MALFORMED = 4;
+
+const enum State {
+  FrameStart,
+  CountLine,
+  CountLf,
+  Dollar,
+  BulkLine,
+  BulkLf,
+  Body,
+  BodyCrlf,
+  Inline,
+}
+
+/** Incremental parser for the decimal number on a `*` or `$` line, with string2ll's rules. */
+class NumberLine {
+  value = 0;
+  digits = 0;
+  negative = false;
+  valid = true;
+  length = 0;
+
+  reset(): void {
+    this.value = 0;
+    this.digits = 0;
+    this.negative = false;
+    this.valid = true;
+    this.length = 0;
+  }
+
+  push(byte: number): void {
+    this.length++;
+    if (byte === 0x2d /* - */ && this.length === 1) {
+      this.negative = true;
+      return;
+    }
+    const d = byte - 0x30;
+    if (d < 0 || d > 9) {
+      this.valid = false;
+      return;
+    }
+    // string2ll refuses leading zeros, except for "0" itself.
+    if (this.digits === 1 && this.value === 0) this.valid = false;
+    if (this.digits === 0 && d === 0 && this.negative) this.valid = false;
+    this.digits++;
+    this.value = this.value * 10 + d;
+    if (this.value > Number.MAX_SAFE_INTEGER) this.valid = false;
+  }
+
+  /** The parsed value, or undefined when Redis would refuse the line. */
+  result(): number | undefined {
+    if (!this.valid || this.digits === 0) return undefined;
+    return this.negative ? -this.value : this.value;
+  }
+}
+
+export class RequestScanner {
+  /** What the last `next()` call produced: a bitmask of HEAD, END, MALFORMED, or 0 (needs more bytes). */
+  event = 0;
+  /** Offset of the current frame's first byte in the current chunk, or -1 if it began in an earlier chunk. */
+  frameStart = -1;
+
+  // The current frame's head, valid from its HEAD event until the next frame starts.
+  cmd: Cmd = Cmd.Other;
+  /** Number of arguments including the name (0 for an empty frame). */
+  argc = 0;
+  /** True for an inline (telnet-style) command; its arguments are never captured. */
+  inline = false;
+  /** True for an inline command whose quoting the proxy does not interpret. */
+  inlineQuoted = false;
+  /** True when a captured argument was longer than its capture buffer. */
+  oversize = false;
+  /** Argument 1 (usually the key), valid for `key.subarray(0, keyLength)`. */
+  readonly key = Buffer.allocUnsafe(MAX_CAPTURED_KEY);
+  keyLength = 0;
+  /** Argument 2 (a delta or a TTL for the commands the proxy rewrites). */
+  readonly value = Buffer.allocUnsafe(MAX_CAPTURED_VALUE);
+  valueLength = 0;
+  /** Why the stream is not valid RESP, when MALFORMED was reported. */
+  malformedReason = '';
+
+  private state = State.FrameStart;
+  private readonly line = new NumberLine();
+  private readonly name = Buffer.allocUnsafe(MAX_CLASSIFIED_NAME);
+  private nameLength = 0;
+  private argIndex = 0;
+  /** Arguments to read before HEAD can be reported. */
+  private headArgs = 1;
+  private headReported = false;
+  private bodyLeft = 0;
+  private bodyLength = 0;
+  /** Where the current argument body is copied to, if anywhere. */
+  private captureTarget: Buffer | null = null;
+  private captured = 0;
+  private crlfLeft = 0;
+  private inlineLength = 0;
+  private inlineToken = 0; // 0: before the first token, 1: inside it, 2: after it
+
+  /** True when the scanner is between frames. */
+  get atFrameBoundary(): boolean {
+    return this.state === State.FrameStart;
+  }
+
+  /** True inside a frame whose head has not been reported yet. */
+  get awaitingHead(): boolean {
+    return this.state !== State.FrameStart && !this.headReported;
+  }
+
+  /** Command name bytes of the current frame (at most MAX_CLASSIFIED_NAME bytes were kept). */
+  get nameBytes(): Buffer {
+    return this.name.subarray(0, Math.min(this.nameLength, MAX_CLASSIFIED_NAME));
+  }
+
+  /** Call before scanning a new chunk. */
+  newChunk(): void {
+    this.frameStart = -1;
+  }
+
+  /**
+   * Scans `buf` from `pos` until an event happens or the chunk ends, and
+   * returns the offset just after the last byte consumed.
+   */
+  next(buf: Buffer, pos: number): number {
+    this.event = 0;
+    const end = buf.length;
+    while (pos < end) {
+      switch (this.state) {
+        case State.FrameStart:
+          this.startFrame(pos);
+          if (buf[pos] === 0x2a /* * */) {
+            this.state = State.CountLine;
+            this.line.reset();
+            pos++;
+          } else {
+            this.inline = true;
+            this.state = State.Inline;
+          }
+          break;
+
+        case State.CountLine:
+        case State.BulkLine: {
+          const byte = buf[pos++];
+          if (byte === 0x0d) {
+            this.state = this.state === State.CountLine ? State.CountLf : State.BulkLf;
+          } else {
+            this.line.push(byte);
+            if (this.line.length > MAX_LINE) return this.fail(pos, 'count line too long');
+          }
+          break;
+        }
+
+        case State.CountLf: {
+          pos++; // Redis skips the byte after '\r' without checking it.
+          const count = this.line.result();
+          if (count === undefined || count > 0x7fffffff) return this.fail(pos, 'invalid multibulk length');
+          if (count <= 0) {
+            this.cmd = Cmd.Empty;
+            this.argc = 0;
+            return this.finishFrame(pos, HEAD | END);
+          }
+          this.argc = count;
+          this.argIndex = 0;
+          this.state = State.Dollar;
+          break;
+        }
+
+        case State.Dollar:
+          if (buf[pos] !== 0x24 /* $ */) return this.fail(pos, `expected '$', got '${String.fromCharCode(buf[pos])}'`);
+          pos++;
+          this.line.reset();
+          this.state = State.BulkLine;
+          break;
+
+        case State.BulkLf: {
+          pos++;
+          const length = this.line.result();
+          if (length === undefined || length < 0) return this.fail(pos, 'invalid bulk length');
+          this.startBody(length);
+          if (this.event !== 0) return pos;
+          break;
+        }
+
+        case State.Body: {
+          const n = Math.min(this.bodyLeft, end - pos);
+          if (this.captureTarget !== null) {
+            buf.copy(this.captureTarget, this.captured, pos, pos + n);
+            this.captured += n;
+          }
+          this.bodyLeft -= n;
+          pos += n;
+          if (this.bodyLeft === 0) {
+            this.state = State.BodyCrlf;
+            this.crlfLeft = 2;
+          }
+          break;
+        }
+
+        case State.BodyCrlf: {
+          const n = Math.min(this.crlfLeft, end - pos);
+          this.crlfLeft -= n;
+          pos += n;
+          if (this.crlfLeft === 0) {
+            this.finishArgument();
+            if (this.argIndex === this.argc) return this.finishFrame(pos, this.headReported ? END : HEAD | END);
+            this.state = State.Dollar;
+            if (this.event !== 0) return pos;
+          }
+          break;
+        }
+
+        case State.Inline: {
+          const newline = buf.indexOf(0x0a, pos);
+          const stop = newline === -1 ? end : newline;
+          this.readInlineHead(buf, pos, stop);
+          this.inlineLength += stop - pos;
+          if (newline === -1) {
+            if (this.inlineLength > MAX_LINE) return this.fail(end, 'too big inline request');
+            return end;
+          }
+          return this.finishInline(newline + 1);
+        }
+      }
+    }
+    return pos;
+  }
+
+  private startFrame(pos: number): void {
+    this.frameStart = pos;
+    this.cmd = Cmd.Other;
+    this.argc = 0;
+    this.inline = false;
+    this.inlineQuoted = false;
+    this.oversize = false;
+    this.keyLength = 0;
+    this.valueLength = 0;
+    this.nameLength = 0;
+    this.headArgs = 1;
+    this.headReported = false;
+    this.inlineLength = 0;
+    this.inlineToken = 0;
+  }
+
+  /** Sets up reading one argument body of `length` bytes, and reports HEAD early when the head is known. */
+  private startBody(length: number): void {
+    this.bodyLeft = length;
+    this.bodyLength = length;
+    this.captured = 0;
+    this.captureTarget = null;
+    this.state = length === 0 ? State.BodyCrlf : State.Body;
+    this.crlfLeft = 2;
+    if (this.headReported) return;
+    const capacity = this.argIndex === 0 ? MAX_CLASSIFIED_NAME : this.argIndex === 1 ? MAX_CAPTURED_KEY : MAX_CAPTURED_VALUE;
+    if (length > capacity) {
+      // Too long to be anything the proxy acts on: the head is as known as it will be.
+      this.oversize = true;
+      if (this.argIndex === 0) this.nameLength = length;
+      this.reportHead();
+      return;
+    }
+    this.captureTarget = this.argIndex === 0 ? this.name : this.argIndex === 1 ? this.key : this.value;
+  }
+
+  private finishArgument(): void {
+    if (this.captureTarget !== null) {
+      if (this.argIndex === 0) {
+        this.nameLength = this.bodyLength;
+        this.cmd = classifyCommand(this.name, 0, this.bodyLength);
+        this.headArgs = Math.min(argsNeeded(this.cmd), this.argc);
+      } else if (this.argIndex === 1) {
+        this.keyLength = this.bodyLength;
+      } else {
+        this.valueLength = this.bodyLength;
+      }
+      this.captureTarget = null;
+    }
+    this.argIndex++;
+    if (!this.headReported && this.argIndex >= this.headArgs && this.argIndex < this.argc) this.reportHead();
+  }
+
+  private reportHead(): void {
+    this.headReported = true;
+    this.event = HEAD;
+  }
+
+  private finishFrame(pos: number, event: number): number {
+    this.state = State.FrameStart;
+    this.headReported = true;
+    this.event = event;
+    return pos;
+  }
+
+  /** Tracks the first whitespace-separated token of an inline command (its name). */
+  private readInlineHead(buf: Buffer, from: number, to: number): void {
+    for (let i = from; i < to; i++) {
+      const byte = buf[i];
+      if (byte === 0x22 || byte === 0x27) this.inlineQuoted = true; // " or '
+      if (this.inlineToken === 2) continue;
+      const space = byte === 0x20 || byte === 0x09 || byte === 0x0d || byte === 0x0b || byte === 0x0c;
+      if (space) {
+        if (this.inlineToken === 1) this.inlineToken = 2;
+      } else {
+        this.inlineToken = 1;
+        if (this.nameLength < MAX_CLASSIFIED_NAME) this.name[this.nameLength] = byte;
+        this.nameLength++;
+      }
+    }
+  }
+
+  private finishInline(pos: number): number {
+    if (this.nameLength === 0) {
+      this.cmd = Cmd.Empty; // a blank line: Redis ignores it and sends nothing
+      this.argc = 0;
+    } else {
+      this.cmd = classifyCommand(this.name, 0, this.nameLength);
+      this.argc = 1; // the argument count of an inline command is never needed
+    }
+    return this.finishFrame(pos, HEAD | END);
+  }
+
+  private fail(pos: number, reason: string): number {
+    this.malformedReason = reason;
+    this.event = MALFORMED;
+    return pos;
+  }
+}

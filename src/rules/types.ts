@@ -1,0 +1,29 @@
+/**
+ * A rule names the keys whose lock-style transactions the proxy rewrites.
+ * Rules are data (rules/*.yaml); this is their validated, in-memory form.
+ */
+export type RuleMode = 'enforce' | 'observe';
+
+/** The only action today: apply the expiry only when the increment created the key (or it has none). */
+export type RuleAction = 'expire-on-create';
+
+export interface Rule {
+  /** Unique across all loaded files; used in logs and metrics. */
+  readonly name: string;
+  /** Raw key prefix bytes (from `prefix` as UTF-8 text or `prefix_hex`). May be empty only if `pattern` is set. */
+  readonly prefix: Buffer;
+  /** Optional regex tested against the whole key decoded as latin1 (one char per byte, binary safe). */
+  readonly pattern: RegExp | undefined;
+  readonly action: RuleAction;
+  readonly mode: RuleMode;
+  /** Where the rule came from, for error messages and logs: "path/to/file.yaml#2" (1-based). */
+  readonly source: string;
+}
+
+export interface RuleSet {
+  readonly rules: readonly Rule[];
+  /** The files that were read, in load order. */
+  readonly files: readonly string[];
+  /** First rule (in load order) that matches the key, or undefined. */
+  match(key: Buffer): Rule | undefined;
+}

@@ -1,0 +1,602 @@
+/**
+ * One client connection and its own upstream connection (1:1), and the glue
+ * between them.
+ *
+ * Client to server: frames are scanned from their heads and forwarded as the
+ * bytes that arrived, in order. A `MULTI` is held until it is clear whether
+ * the block is a lock block a rule names; a complete one is replaced by one
+ * script call, anything else is released verbatim.
+ *
+ * While the proxy's own command (the script, or AUTH/SELECT at connect) is in
+ * flight, nothing after it is forwarded: client bytes wait. That keeps the
+ * order in which Redis executes commands exactly the order the client sent
+ * them, even when the script cannot run and the original block is sent
+ * instead.
+ *
+ * Server to client: replies are counted (not decoded) against what was
+ * forwarded, so that the reply to the proxy's own command is found and
+ * replaced by the replies the client expects.
+ *
+ * When reply counting would be uncertain (subscribe mode, MONITOR, CLIENT
+ * REPLY, replication, malformed input), the session becomes a plain pipe for
+ * the rest of the connection.
+ */
+import type net from 'node:net';
+import { Cmd, equalsIgnoreCase } from './resp/commands.js';
+import { END, HEAD, MALFORMED, RequestScanner } from './resp/request-scanner.js';
+import { ReplyScanner } from './resp/reply-scanner.js';
+import { BlockMatcher, BlockStep } from './lock/block-matcher.js';
+import { encodeLockCall, translateScriptReply, type LockCall } from './lock/script.js';
+import type { RuleSet } from './rules/types.js';
+import { describeKey, type Logger } from './log.js';
+import type { Stats } from './stats.js';
+import { connectUpstream, setupCommands, type UpstreamTarget } from './upstream.js';
+
+export interface ProxyContext {
+  readonly upstream: UpstreamTarget;
+  /** The rules in force; read for every new block, so a reload applies to open connections. */
+  rules(): RuleSet;
+  /** How long a held MULTI waits for the rest of its block after the client's last byte. */
+  readonly holdMs: number;
+  readonly connectTimeoutMs: number;
+  readonly log: Logger;
+  readonly stats: Stats;
+}
+
+const enum Mode {
+  /** Frames are scanned and forwarded. */
+  Normal,
+  /** A MULTI and what followed it are held until the block matches or cannot. */
+  Holding,
+  /** Bytes are forwarded without being looked at, for the rest of the connection. */
+  Pipe,
+}
+
+/** Handles the reply to a command the proxy sent itself. */
+type Capture = (reply: Buffer) => void;
+
+const REPLY = Buffer.from('reply');
+
+let nextSessionId = 1;
+
+export class Session {
+  readonly id = nextSessionId++;
+  private readonly log: Logger;
+  private readonly upstream: net.Socket;
+  private readonly scanner = new RequestScanner();
+  private readonly replies = new ReplyScanner();
+  private readonly matcher = new BlockMatcher();
+  private mode = Mode.Normal;
+  private connected = false;
+  private closed = false;
+
+  // Client to server.
+  /** Bytes of the current frame received in earlier chunks whose head is not known yet. */
+  private partial: Buffer[] = [];
+  /** Bytes of the block being held, kept until the block is rewritten or released. */
+  private held: Buffer[] = [];
+  private holdTimer: NodeJS.Timeout | undefined;
+  private inMulti = false;
+  private watching = false;
+  /** Client chunks that arrived while the proxy's own command was in flight. */
+  private stalled: Buffer[] = [];
+  /** The proxy's own command in flight ('setup' or 'script'), or null. */
+  private awaiting: 'setup' | 'script' | null = null;
+  private clientEnded = false;
+  private upstreamFull = false;
+  private clientFull = false;
+
+  // Server to client.
+  /** Replies still expected for forwarded frames, before any capture. */
+  private outstanding = 0;
+  /** The proxy's own replies, expected after `outstanding` others, in order. */
+  private captures: Capture[] = [];
+  private captureParts: Buffer[] = [];
+  private replyPipe = false;
+  private readonly fallbackReasonsLogged = new Set<string>();
+
+  constructor(
+    private readonly client: net.Socket,
+    private readonly ctx: ProxyContext,
+  ) {
+    this.log = ctx.log.child({ conn: this.id, client: `${client.remoteAddress ?? 'local'}:${client.remotePort ?? ''}` });
+    ctx.stats.connectionsOpen++;
+    ctx.stats.connectionsTotal++;
+    this.log.debug('client connected');
+    if (ctx.rules().rules.length === 0) this.mode = Mode.Pipe;
+    this.replyPipe = this.mode === Mode.Pipe;
+
+    this.upstream = connectUpstream(ctx.upstream);
+    this.upstream.setTimeout(ctx.connectTimeoutMs);
+    this.startSetup();
+
+    client.on('data', (chunk: Buffer) => this.onClientData(chunk));
+    client.on('end', () => this.onClientEnd());
+    client.on('error', (err) => this.log.debug({ err: err.message }, 'client socket error'));
+    client.on('close', () => this.onClose());
+    client.on('drain', () => {
+      this.clientFull = false;
+      this.updateFlow();
+    });
+
+    this.upstream.on('connect', () => this.onUpstreamConnect());
+    this.upstream.on('timeout', () => this.onUpstreamTimeout());
+    this.upstream.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
+    this.upstream.on('end', () => this.client.end());
+    this.upstream.on('error', (err) => this.onUpstreamError(err));
+    this.upstream.on('close', () => this.onClose());
+    this.upstream.on('drain', () => {
+      this.upstreamFull = false;
+      this.updateFlow();
+    });
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  private startSetup(): void {
+    const commands = setupCommands(this.ctx.upstream);
+    if (commands.length === 0) return;
+    this.awaiting = 'setup';
+    this.replyPipe = false;
+    for (const cmd of commands) {
+      this.writeUpstream(cmd);
+      this.captures.push((reply) => this.onSetupReply(reply));
+    }
+    this.updateFlow();
+  }
+
+  private onSetupReply(reply: Buffer): void {
+    if (reply[0] === 0x2d /* - */) {
+      const message = reply.toString('latin1').trim().slice(1, 200);
+      this.log.error({ upstream: this.ctx.upstream.display, error: message }, 'upstream rejected the connection setup');
+      this.refuseClient(`upstream ${this.ctx.upstream.display} rejected the proxy's AUTH/SELECT: ${message}`);
+      return;
+    }
+    if (this.captures.length === 0) this.liftBarrier();
+  }
+
+  private onUpstreamConnect(): void {
+    this.connected = true;
+    this.upstream.setTimeout(0);
+  }
+
+  private onUpstreamTimeout(): void {
+    if (this.connected) return;
+    this.upstream.destroy(new Error(`connect timed out after ${this.ctx.connectTimeoutMs} ms`));
+  }
+
+  private onUpstreamError(err: Error): void {
+    if (!this.connected) {
+      this.ctx.stats.upstreamConnectFailures++;
+      this.log.warn({ upstream: this.ctx.upstream.display, err: err.message }, 'upstream unreachable');
+      this.refuseClient(`upstream ${this.ctx.upstream.display} is unreachable: ${err.message}`);
+      return;
+    }
+    this.log.warn({ upstream: this.ctx.upstream.display, err: err.message }, 'upstream connection lost');
+    this.client.destroy();
+  }
+
+  /** Tells the client why it cannot be served, as a RESP error, and closes its connection. */
+  private refuseClient(message: string): void {
+    const oneLine = message.replace(/[\r\n]+/g, ' ');
+    this.client.end(`-ERR redis-lock-proxy: ${oneLine}\r\n`);
+    this.upstream.destroy();
+  }
+
+  private onClientEnd(): void {
+    this.clientEnded = true;
+    if (this.awaiting === null) this.finishClientEnd();
+  }
+
+  /** The client will send nothing more: an unfinished block or frame is dropped, as Redis would drop it. */
+  private finishClientEnd(): void {
+    if (this.mode === Mode.Holding) {
+      this.stopHoldTimer();
+      this.held = [];
+      this.mode = Mode.Normal;
+    }
+    this.partial = [];
+    this.upstream.end();
+  }
+
+  private onClose(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.stopHoldTimer();
+    this.ctx.stats.connectionsOpen--;
+    this.client.destroy();
+    this.upstream.destroy();
+    this.log.debug('connection closed');
+  }
+
+  // ------------------------------------------------------------ flow control
+
+  private writeUpstream(bytes: Buffer): void {
+    if (bytes.length === 0) return;
+    if (!this.upstream.write(bytes)) {
+      this.upstreamFull = true;
+      this.updateFlow();
+    }
+  }
+
+  private writeClient(bytes: Buffer): void {
+    if (bytes.length === 0) return;
+    if (!this.client.write(bytes)) {
+      this.clientFull = true;
+      this.updateFlow();
+    }
+  }
+
+  /** A slow side pauses the other; a command of the proxy's in flight pauses the client. */
+  private updateFlow(): void {
+    if (this.awaiting !== null || this.upstreamFull) this.client.pause();
+    else this.client.resume();
+    if (this.clientFull) this.upstream.pause();
+    else this.upstream.resume();
+  }
+
+  // -------------------------------------------------------- client to server
+
+  private onClientData(chunk: Buffer): void {
+    if (this.awaiting !== null) {
+      this.stalled.push(chunk);
+      return;
+    }
+    this.upstream.cork();
+    this.processClientChunk(chunk);
+    this.upstream.uncork();
+  }
+
+  private processClientChunk(chunk: Buffer): void {
+    if (this.mode === Mode.Pipe) {
+      this.writeUpstream(chunk);
+      return;
+    }
+    if (this.mode === Mode.Holding) this.holdTimer?.refresh();
+    const scanner = this.scanner;
+    scanner.newChunk();
+    let pos = 0;
+    /** Start of the bytes of this chunk not yet forwarded or held. */
+    let from = 0;
+    while (pos < chunk.length) {
+      pos = scanner.next(chunk, pos);
+      const event = scanner.event;
+      if (event === 0) break;
+      if (event & MALFORMED) {
+        this.log.debug({ reason: scanner.malformedReason }, 'malformed request: passing it to Redis unread');
+        this.flushPending();
+        this.enterPipe();
+        this.writeUpstream(chunk.subarray(from));
+        return;
+      }
+      if (event & HEAD) {
+        if (this.mode === Mode.Holding) {
+          if (!this.matcher.accept(scanner, this.ctx.rules())) {
+            this.release('not-a-lock-block');
+            this.forwardFrame();
+          }
+        } else if (this.canStartBlock() && BlockMatcher.isBlockStart(scanner)) {
+          from = this.startHolding(chunk, from);
+        } else {
+          this.flushPartial();
+          this.forwardFrame();
+        }
+        // forwardFrame() may have switched the connection to a plain pipe.
+        if ((this.mode as Mode) === Mode.Pipe) {
+          this.writeUpstream(chunk.subarray(from));
+          return;
+        }
+      }
+      if (event & END && this.mode === Mode.Holding && this.matcher.step === BlockStep.Complete) {
+        this.held.push(chunk.subarray(from, pos));
+        from = pos;
+        if (this.onBlockComplete()) {
+          // The script is in flight: the rest of this chunk waits for its reply.
+          if (pos < chunk.length) this.stalled.unshift(chunk.subarray(pos));
+          return;
+        }
+      }
+    }
+    this.endOfChunk(chunk, from);
+  }
+
+  /** Puts the unprocessed tail of a chunk where it belongs: forwarded, held, or kept until its head is known. */
+  private endOfChunk(chunk: Buffer, from: number): void {
+    if (from >= chunk.length) return;
+    if (this.mode === Mode.Holding) {
+      this.held.push(chunk.subarray(from));
+      if (this.holdTimer === undefined) this.startHoldTimer();
+      return;
+    }
+    if (this.scanner.awaitingHead) {
+      // The frame's head is incomplete: it could still turn out to be a MULTI to hold.
+      const start = this.scanner.frameStart >= from ? this.scanner.frameStart : from;
+      this.writeUpstream(chunk.subarray(from, start));
+      this.partial.push(chunk.subarray(start));
+      return;
+    }
+    this.writeUpstream(chunk.subarray(from));
+  }
+
+  private canStartBlock(): boolean {
+    return !this.inMulti && !this.watching;
+  }
+
+  /** Starts holding at the MULTI whose head the scanner just read; returns the new `from`. */
+  private startHolding(chunk: Buffer, from: number): number {
+    const start = this.scanner.frameStart;
+    if (start >= 0) {
+      this.writeUpstream(chunk.subarray(from, start));
+      this.held = [];
+    } else {
+      this.held = this.partial; // the MULTI began in an earlier chunk
+      this.partial = [];
+    }
+    this.mode = Mode.Holding;
+    this.matcher.reset();
+    return start >= 0 ? start : from;
+  }
+
+  private flushPartial(): void {
+    if (this.partial.length === 0) return;
+    for (const bytes of this.partial) this.writeUpstream(bytes);
+    this.partial = [];
+  }
+
+  /** Forwards everything held or partial as it is (before switching to a plain pipe). */
+  private flushPending(): void {
+    if (this.mode === Mode.Holding) this.release('malformed');
+    this.flushPartial();
+  }
+
+  /**
+   * Accounts for the frame whose head the scanner holds, which is being
+   * forwarded: one reply expected (none for an empty frame), and the
+   * connection state it changes.
+   */
+  private forwardFrame(): void {
+    const scanner = this.scanner;
+    switch (scanner.cmd) {
+      case Cmd.Empty:
+        return;
+      case Cmd.Multi:
+        this.inMulti = true;
+        break;
+      case Cmd.Exec:
+      case Cmd.Discard:
+        if (this.inMulti) this.watching = false; // EXEC and DISCARD unwatch, when in a transaction
+        this.inMulti = false;
+        break;
+      case Cmd.Watch:
+        if (!this.inMulti) this.watching = true;
+        break;
+      case Cmd.Unwatch:
+        if (!this.inMulti) this.watching = false;
+        break;
+      case Cmd.Reset:
+        this.inMulti = false;
+        this.watching = false;
+        break;
+      case Cmd.Uncountable:
+        this.enterPipe();
+        return;
+      case Cmd.Client:
+        if (scanner.argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY)) {
+          this.enterPipe();
+          return;
+        }
+        break;
+    }
+    if (scanner.inlineQuoted) {
+      this.enterPipe(); // the proxy does not interpret inline quoting
+      return;
+    }
+    this.outstanding++;
+  }
+
+  /** Stops interpreting this connection: from here on bytes pass untouched both ways. */
+  private enterPipe(): void {
+    this.mode = Mode.Pipe;
+    this.stopHoldTimer();
+    // No proxy command can be in flight here (the client side waits for those), so replies need no counting.
+    this.replyPipe = true;
+  }
+
+  // ----------------------------------------------------------- lock blocks
+
+  private startHoldTimer(): void {
+    this.holdTimer = setTimeout(() => this.onHoldTimeout(), this.ctx.holdMs);
+    this.holdTimer.unref();
+  }
+
+  private stopHoldTimer(): void {
+    if (this.holdTimer !== undefined) {
+      clearTimeout(this.holdTimer);
+      this.holdTimer = undefined;
+    }
+  }
+
+  private onHoldTimeout(): void {
+    this.holdTimer = undefined;
+    if (this.mode !== Mode.Holding) return;
+    this.upstream.cork();
+    this.release('hold-timeout');
+    this.upstream.uncork();
+  }
+
+  /** Sends the held bytes upstream unchanged and goes back to forwarding. */
+  private release(reason: string): void {
+    this.stopHoldTimer();
+    this.mode = Mode.Normal;
+    this.ctx.stats.countRelease(reason);
+    const held = this.held;
+    this.held = [];
+    for (const bytes of held) this.writeUpstream(bytes);
+    this.accountHeldFrames();
+  }
+
+  /** The frames of a released block reach Redis: one reply each, and MULTI/EXEC change the state. */
+  private accountHeldFrames(): void {
+    const step = this.matcher.step;
+    const frames = 1 + (step >= BlockStep.Expire ? 1 : 0) + (step >= BlockStep.Exec ? 1 : 0) + (step >= BlockStep.Complete ? 1 : 0);
+    this.outstanding += frames;
+    this.inMulti = step !== BlockStep.Complete;
+    if (step === BlockStep.Complete) this.watching = false;
+  }
+
+  /** A whole lock block is held. Returns true when its script was sent (the client side now waits). */
+  private onBlockComplete(): boolean {
+    this.stopHoldTimer();
+    const rule = this.matcher.rule;
+    const call = this.matcher.call();
+    this.ctx.stats.blocksSeen++;
+    if (rule === undefined || rule.mode === 'observe') {
+      this.ctx.stats.blocksObserved++;
+      this.log.info({ rule: rule?.name, key: describeKey(call.key) }, 'observe: lock block would be rewritten');
+      this.release('observe');
+      return false;
+    }
+    this.mode = Mode.Normal;
+    this.sendScript(call, false);
+    return true;
+  }
+
+  private sendScript(call: LockCall, withSource: boolean): void {
+    this.awaiting = 'script';
+    this.replyPipe = false;
+    this.writeUpstream(encodeLockCall(call, withSource));
+    this.captures.push((reply) => this.onScriptReply(reply, call, withSource));
+    this.updateFlow();
+  }
+
+  private onScriptReply(reply: Buffer, call: LockCall, withSource: boolean): void {
+    const outcome = translateScriptReply(reply);
+    switch (outcome.kind) {
+      case 'replies':
+        this.ctx.stats.blocksRewritten++;
+        this.held = [];
+        this.writeClient(outcome.bytes);
+        break;
+      case 'error':
+        if (!withSource && outcome.message.startsWith('-NOSCRIPT')) {
+          // The script cache was flushed (SCRIPT FLUSH, restart, failover): send the source. Nothing
+          // else was sent after the EVALSHA, so nothing is reordered.
+          this.ctx.stats.scriptReloads++;
+          this.sendScript(call, true);
+          return;
+        }
+        this.fallBack(outcome.message, call);
+        break;
+      case 'unexpected':
+        this.log.error({ reply: outcome.message, key: describeKey(call.key) }, 'cannot interpret the script reply; closing the connection');
+        this.client.destroy();
+        this.upstream.destroy();
+        return;
+    }
+    this.liftBarrier();
+  }
+
+  /** The script could not run: the original block goes upstream as the client sent it. */
+  private fallBack(message: string, call: LockCall): void {
+    const reason = /^-(\S+)/.exec(message)?.[1] ?? 'ERR';
+    this.ctx.stats.countFallback(reason);
+    if (!this.fallbackReasonsLogged.has(reason)) {
+      this.fallbackReasonsLogged.add(reason);
+      this.log.warn(
+        { reason, error: message, rule: this.matcher.rule?.name, key: describeKey(call.key) },
+        'lock script could not run; sending the original block unchanged (logged once per connection and reason)',
+      );
+    }
+    const held = this.held;
+    this.held = [];
+    this.upstream.cork();
+    for (const bytes of held) this.writeUpstream(bytes);
+    this.upstream.uncork();
+    this.outstanding += 4;
+  }
+
+  /** The proxy's own command is answered: forward what the client sent meanwhile. */
+  private liftBarrier(): void {
+    this.awaiting = null;
+    this.upstream.cork();
+    while (this.awaiting === null && this.stalled.length > 0) {
+      const chunk = this.stalled.shift() as Buffer;
+      this.processClientChunk(chunk);
+    }
+    this.upstream.uncork();
+    if (this.mode === Mode.Pipe && this.captures.length === 0) this.replyPipe = true;
+    if (this.awaiting === null && this.clientEnded) this.finishClientEnd();
+    this.updateFlow();
+  }
+
+  // -------------------------------------------------------- server to client
+
+  private onUpstreamData(chunk: Buffer): void {
+    if (this.replyPipe) {
+      this.writeClient(chunk);
+      return;
+    }
+    this.client.cork();
+    this.processReplyChunk(chunk);
+    this.client.uncork();
+  }
+
+  private processReplyChunk(chunk: Buffer): void {
+    const scanner = this.replies;
+    scanner.newChunk();
+    let pos = 0;
+    /** Start of the bytes of this chunk not yet forwarded or captured. */
+    let from = 0;
+    while (pos < chunk.length && !this.replyPipe && !this.client.destroyed) {
+      if (this.captures.length === 0 || this.outstanding > 0) {
+        const limit = this.captures.length === 0 ? Number.MAX_SAFE_INTEGER : this.outstanding;
+        pos = scanner.scan(chunk, pos, limit);
+        if (scanner.error !== '') return this.replyDesync(chunk, from, scanner.error);
+        this.outstanding -= scanner.replies;
+        if (this.outstanding < 0) this.unexpectedReplies(chunk, from);
+        continue;
+      }
+      // The next reply that is not a push answers the proxy's own command.
+      const frameBegin = scanner.atFrameBoundary ? pos : 0;
+      pos = scanner.scan(chunk, pos, 1, true);
+      if (scanner.error !== '') return this.replyDesync(chunk, from, scanner.error);
+      if (scanner.isPush) continue;
+      this.writeClient(chunk.subarray(from, frameBegin));
+      this.captureParts.push(chunk.subarray(frameBegin, pos));
+      from = pos;
+      if (scanner.atFrameBoundary) {
+        const reply = this.captureParts.length === 1 ? this.captureParts[0] : Buffer.concat(this.captureParts);
+        this.captureParts = [];
+        const capture = this.captures.shift() as Capture;
+        capture(reply);
+      }
+    }
+    this.writeClient(chunk.subarray(from));
+  }
+
+  /** More replies than requests: something the proxy did not account for. It stops interpreting. */
+  private unexpectedReplies(chunk: Buffer, from: number): void {
+    this.outstanding = 0;
+    if (this.captures.length > 0) {
+      this.replyDesync(chunk, from, 'more replies than requests');
+      return;
+    }
+    this.log.debug('more replies than requests; no longer interpreting this connection');
+    this.flushPending();
+    this.enterPipe();
+  }
+
+  private replyDesync(chunk: Buffer, from: number, reason: string): void {
+    if (this.captures.length === 0) {
+      this.log.warn({ reason }, 'cannot follow the reply stream; no longer interpreting this connection');
+      this.writeClient(chunk.subarray(from));
+      this.flushPending();
+      this.enterPipe();
+      return;
+    }
+    // The proxy's own reply cannot be found: the connection's state is unknown. Never fake it.
+    this.log.error({ reason }, 'cannot follow the reply stream while a script reply is due; closing the connection');
+    this.client.destroy();
+    this.upstream.destroy();
+  }
+}

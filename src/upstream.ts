@@ -1,0 +1,106 @@
+/**
+ * Where the proxy connects for each client connection, parsed from a Redis
+ * URL as redis-rs and ioredis write them:
+ *
+ *   redis://[[user]:password@]host[:port][/db]
+ *   unix:///path/to/redis.sock[?db=N&user=U&password=P]
+ *
+ * Credentials and a database in the URL are applied by the proxy on every
+ * upstream connection before any client byte is forwarded, so that clients
+ * that send no AUTH or SELECT of their own get the connection the operator
+ * configured.
+ */
+import net from 'node:net';
+
+export class ConfigError extends Error {
+  readonly code = 'ECONFIG';
+}
+
+export interface UpstreamTarget {
+  /** The URL with its password masked, for logs and error replies. */
+  readonly display: string;
+  readonly host?: string;
+  readonly port?: number;
+  readonly path?: string;
+  readonly username?: string;
+  readonly password?: string;
+  readonly db: number;
+}
+
+const DEFAULT_PORT = 6379;
+
+function parseDb(text: string, url: string): number {
+  if (!/^\d{1,9}$/.test(text)) throw new ConfigError(`upstream URL ${url}: database must be a non-negative integer, got "${text}"`);
+  return Number(text);
+}
+
+function masked(url: URL): string {
+  const copy = new URL(url.href);
+  if (copy.password) copy.password = '***';
+  return copy.href;
+}
+
+export function parseUpstreamUrl(text: string): UpstreamTarget {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new ConfigError(`upstream URL "${text}" is not a valid URL (expected redis://host:port or unix:///path)`);
+  }
+  const display = masked(url);
+  const username = url.username ? decodeURIComponent(url.username) : undefined;
+  const password = url.password ? decodeURIComponent(url.password) : undefined;
+  switch (url.protocol) {
+    case 'redis:': {
+      if (!url.hostname) throw new ConfigError(`upstream URL ${display}: missing host`);
+      const host = url.hostname.replace(/^\[(.*)\]$/, '$1'); // IPv6 literals come bracketed
+      const port = url.port ? Number(url.port) : DEFAULT_PORT;
+      const dbText = url.pathname.replace(/^\//, '');
+      const db = dbText === '' ? 0 : parseDb(dbText, display);
+      if (username !== undefined && password === undefined) {
+        throw new ConfigError(`upstream URL ${display}: a user name needs a password (redis://user:password@host)`);
+      }
+      return { display, host, port, username, password, db };
+    }
+    case 'unix:':
+    case 'redis+unix:': {
+      if (!url.pathname) throw new ConfigError(`upstream URL ${display}: missing socket path`);
+      const db = url.searchParams.has('db') ? parseDb(url.searchParams.get('db') ?? '', display) : 0;
+      return {
+        display,
+        path: decodeURIComponent(url.pathname),
+        username: url.searchParams.get('user') ?? username,
+        password: url.searchParams.get('password') ?? password,
+        db,
+      };
+    }
+    case 'rediss:':
+      throw new ConfigError(`upstream URL ${display}: TLS upstreams (rediss://) are not supported by this version`);
+    default:
+      throw new ConfigError(`upstream URL ${display}: unsupported scheme "${url.protocol}" (use redis:// or unix://)`);
+  }
+}
+
+function command(...args: string[]): Buffer {
+  const parts = [`*${args.length}\r\n`];
+  for (const arg of args) parts.push(`$${Buffer.byteLength(arg)}\r\n${arg}\r\n`);
+  return Buffer.from(parts.join(''));
+}
+
+/** Commands the proxy sends on each new upstream connection (AUTH, SELECT), one reply each. */
+export function setupCommands(target: UpstreamTarget): Buffer[] {
+  const commands: Buffer[] = [];
+  if (target.password !== undefined) {
+    commands.push(target.username !== undefined ? command('AUTH', target.username, target.password) : command('AUTH', target.password));
+  }
+  if (target.db !== 0) commands.push(command('SELECT', String(target.db)));
+  return commands;
+}
+
+export function connectUpstream(target: UpstreamTarget): net.Socket {
+  const socket =
+    target.path !== undefined
+      ? net.connect({ path: target.path, allowHalfOpen: true })
+      : net.connect({ host: target.host, port: target.port ?? DEFAULT_PORT, allowHalfOpen: true, noDelay: true, keepAlive: true });
+  return socket;
+}

@@ -1,0 +1,558 @@
+import { describe, it, expect, beforeAll, afterAll } from 'vitest';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  RuleFileError,
+  createRuleSet,
+  loadRules,
+  parseRuleFile,
+} from '../src/rules/loader.js';
+import type { RuleSet } from '../src/rules/types.js';
+
+const STALWART_RULES = fileURLToPath(new URL('../rules/stalwart.yaml', import.meta.url));
+
+/** A key: prefix byte followed by the given bytes. */
+function key(...bytes: number[]): Buffer {
+  return Buffer.from(bytes);
+}
+
+/** `prefix` followed by `length` copies of `fill`. */
+function keyOf(prefix: number, length: number, fill = 0x41): Buffer {
+  return Buffer.concat([Buffer.from([prefix]), Buffer.alloc(length, fill)]);
+}
+
+/** Builds a rule file from rule entries written as YAML list items. */
+function file(...rules: string[]): string {
+  return `rules:\n${rules.join('')}`;
+}
+
+/** Runs `fn`, expecting a RuleFileError, and returns it for property checks. */
+function catchRuleError(fn: () => unknown): RuleFileError {
+  try {
+    fn();
+  } catch (error) {
+    expect(error).toBeInstanceOf(RuleFileError);
+    return error as RuleFileError;
+  }
+  throw new Error('expected a RuleFileError, but nothing was thrown');
+}
+
+/** Asserts message and properties of the error from parsing `text` as `x.yaml`. */
+function expectParseError(
+  text: string,
+  message: RegExp,
+  where: { rule: number | undefined; field: string | undefined },
+): RuleFileError {
+  expect(() => parseRuleFile(text, 'rules/x.yaml')).toThrowError(message);
+  const error = catchRuleError(() => parseRuleFile(text, 'rules/x.yaml'));
+  expect(error.code).toBe('ERULEFILE');
+  expect(error.file).toBe('rules/x.yaml');
+  expect(error.rule).toBe(where.rule);
+  expect(error.field).toBe(where.field);
+  expect(error.message.startsWith('rules/x.yaml: ')).toBe(true);
+  return error;
+}
+
+function makeTempDir(): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), 'rules-test-'));
+}
+
+describe('rules/stalwart.yaml', () => {
+  let set: RuleSet;
+  beforeAll(() => {
+    set = loadRules([STALWART_RULES]);
+  });
+
+  it('has the two lock rules, both enforcing', () => {
+    expect(set.files).toEqual([STALWART_RULES]);
+    expect(set.rules.map((r) => [r.name, r.prefix.toString('hex'), r.mode, r.action])).toEqual([
+      ['stalwart-task-lock', '17', 'enforce', 'expire-on-create'],
+      ['stalwart-queue-lock', '15', 'enforce', 'expire-on-create'],
+    ]);
+    expect(set.rules[0].source).toBe(`${STALWART_RULES}#1`);
+    expect(set.rules[1].source).toBe(`${STALWART_RULES}#2`);
+  });
+
+  it('matches a 9-byte task lock key (0x17 + u64 BE)', () => {
+    const taskKey = Buffer.alloc(9);
+    taskKey[0] = 0x17;
+    taskKey.writeBigUInt64BE(123456789n, 1);
+    expect(set.match(taskKey)?.name).toBe('stalwart-task-lock');
+  });
+
+  it('matches a 17-byte queue lock key (0x15 + u64 BE id + 8-byte name)', () => {
+    const queueKey = Buffer.alloc(17);
+    queueKey[0] = 0x15;
+    queueKey.writeBigUInt64BE(0xfedcba9876543210n, 1);
+    queueKey.write('local\0\0\0', 9, 'latin1');
+    expect(set.match(queueKey)?.name).toBe('stalwart-queue-lock');
+  });
+
+  it('matches keys whose bytes are \\r, \\n, \\0 or 0xff', () => {
+    for (const byte of [0x0d, 0x0a, 0x00, 0xff]) {
+      expect(set.match(keyOf(0x17, 8, byte))?.name).toBe('stalwart-task-lock');
+      expect(set.match(keyOf(0x15, 16, byte))?.name).toBe('stalwart-queue-lock');
+    }
+    // A newline as the very last byte must not let `$` match early or late.
+    expect(set.match(key(0x17, 1, 2, 3, 4, 5, 6, 7, 0x0a))?.name).toBe('stalwart-task-lock');
+    expect(set.match(key(0x17, 0x0d, 0x0a, 0, 0xff, 0x0d, 0x0a, 0, 0xff))?.name).toBe(
+      'stalwart-task-lock',
+    );
+  });
+
+  it('leaves rate-limit (0x02..0x0a) and blob quota (0x0b) keys alone', () => {
+    for (let prefix = 0x02; prefix <= 0x0b; prefix++) {
+      for (const length of [8, 16, 20, 40]) {
+        expect(set.match(keyOf(prefix, length))).toBeUndefined();
+      }
+    }
+  });
+
+  it('does not match lock prefixes with the wrong length', () => {
+    for (const length of [0, 7, 9, 16]) {
+      expect(set.match(keyOf(0x17, length))).toBeUndefined();
+    }
+    for (const length of [0, 8, 15, 17]) {
+      expect(set.match(keyOf(0x15, length))).toBeUndefined();
+    }
+    // One trailing newline is still one byte too many.
+    expect(set.match(Buffer.concat([keyOf(0x17, 8), key(0x0a)]))).toBeUndefined();
+  });
+
+  it('does not match text keys or an empty key', () => {
+    for (const text of ['lock:task:1', 'queue:12345678', '17', '\\x17abcdefgh', '']) {
+      expect(set.match(Buffer.from(text))).toBeUndefined();
+    }
+  });
+});
+
+describe('loadRules', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = makeTempDir();
+  });
+  afterAll(() => {
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  function writeFile(relative: string, text: string): string {
+    const full = path.join(dir, relative);
+    fs.mkdirSync(path.dirname(full), { recursive: true });
+    fs.writeFileSync(full, text);
+    return full;
+  }
+
+  it('reads a directory’s *.yaml and *.yml files in sorted order, skipping others', () => {
+    const rulesDir = path.join(dir, 'many');
+    writeFile('many/20-b.yml', file('  - name: b\n    prefix: "b:"\n'));
+    writeFile('many/10-a.yaml', file('  - name: a\n    prefix: "a:"\n'));
+    writeFile('many/30-c.yaml', file('  - name: c\n    prefix: "c:"\n'));
+    writeFile('many/notes.txt', 'not a rule file');
+    writeFile('many/.hidden.yaml', 'not: [valid');
+    writeFile('many/sub/40-d.yaml', file('  - name: d\n    prefix: "d:"\n'));
+
+    const set = loadRules([rulesDir]);
+    expect(set.files).toEqual(
+      ['10-a.yaml', '20-b.yml', '30-c.yaml'].map((name) => path.join(rulesDir, name)),
+    );
+    expect(set.rules.map((r) => r.name)).toEqual(['a', 'b', 'c']);
+    expect(set.rules[1].source).toBe(`${path.join(rulesDir, '20-b.yml')}#1`);
+  });
+
+  it('combines files and directories in the order given', () => {
+    const single = writeFile('single.yaml', file('  - name: z\n    prefix: "z:"\n'));
+    const set = loadRules([single, STALWART_RULES]);
+    expect(set.rules.map((r) => r.name)).toEqual([
+      'z',
+      'stalwart-task-lock',
+      'stalwart-queue-lock',
+    ]);
+    expect(set.files).toEqual([single, STALWART_RULES]);
+  });
+
+  it('refuses a path that does not exist', () => {
+    const missing = path.join(dir, 'nope.yaml');
+    expect(() => loadRules([missing])).toThrowError(/nope\.yaml: does not exist/);
+    const error = catchRuleError(() => loadRules([missing]));
+    expect(error.code).toBe('ERULEFILE');
+    expect(error.file).toBe(missing);
+    expect(error.rule).toBeUndefined();
+    expect(error.field).toBeUndefined();
+  });
+
+  it('refuses a directory without rule files', () => {
+    const empty = path.join(dir, 'empty');
+    fs.mkdirSync(empty);
+    writeFile('empty/readme.txt', 'nothing here');
+    expect(() => loadRules([empty])).toThrowError(/empty: directory contains no rule files/);
+    expect(catchRuleError(() => loadRules([empty])).file).toBe(empty);
+  });
+
+  it('refuses a rule file that cannot be read (dangling symlink)', () => {
+    const broken = path.join(dir, 'broken');
+    fs.mkdirSync(broken);
+    fs.symlinkSync(path.join(dir, 'missing-target.yaml'), path.join(broken, 'link.yaml'));
+    expect(() => loadRules([broken])).toThrowError(/broken[/\\]link\.yaml: does not exist/);
+    expect(catchRuleError(() => loadRules([broken])).file).toBe(path.join(broken, 'link.yaml'));
+  });
+
+  // Root can read anything, so the permission check only means something for other users.
+  it.skipIf(process.getuid?.() === 0)('refuses a rule file without read permission', () => {
+    const locked = writeFile('locked.yaml', file('  - name: l\n    prefix: "l:"\n'));
+    fs.chmodSync(locked, 0o000);
+    expect(() => loadRules([locked])).toThrowError(/locked\.yaml: cannot read: permission denied/);
+  });
+
+  it('names the file in validation errors and refuses duplicate names across files', () => {
+    const first = writeFile('dup/a.yaml', file('  - name: same\n    prefix: "a:"\n'));
+    const second = writeFile(
+      'dup/b.yaml',
+      file('  - name: other\n    prefix: "o:"\n', '  - name: same\n    prefix: "b:"\n'),
+    );
+    const pattern = new RegExp(
+      `b\\.yaml: rule 2 \\("same"\\): field "name": duplicate name "same": ` +
+        `already used by .*a\\.yaml rule 1`,
+    );
+    expect(() => loadRules([path.dirname(first)])).toThrowError(pattern);
+    const error = catchRuleError(() => loadRules([path.dirname(first)]));
+    expect([error.file, error.rule, error.field]).toEqual([second, 2, 'name']);
+  });
+});
+
+describe('parseRuleFile and matching', () => {
+  it('uses a text prefix as UTF-8 bytes', () => {
+    const rules = parseRuleFile(file('  - name: app\n    prefix: "lock:é"\n'), 'x.yaml');
+    expect(rules[0].prefix).toEqual(Buffer.from('lock:é', 'utf8'));
+    const set = createRuleSet(rules, ['x.yaml']);
+    expect(set.match(Buffer.from('lock:é/42'))?.name).toBe('app');
+    expect(set.match(Buffer.from('lock:e/42'))).toBeUndefined();
+    expect(set.match(Buffer.from('lock:'))).toBeUndefined();
+  });
+
+  it('accepts spaces between hex bytes and either case', () => {
+    const rules = parseRuleFile(file('  - name: h\n    prefix_hex: "DE ad  0f"\n'), 'x.yaml');
+    expect(rules[0].prefix).toEqual(key(0xde, 0xad, 0x0f));
+  });
+
+  it('defaults action and mode, and reads observe mode', () => {
+    const rules = parseRuleFile(
+      file(
+        '  - name: default\n    prefix: "d:"\n',
+        '  - name: watched\n    prefix: "w:"\n    mode: observe\n    action: expire-on-create\n',
+      ),
+      'x.yaml',
+    );
+    expect(rules.map((r) => [r.name, r.action, r.mode])).toEqual([
+      ['default', 'expire-on-create', 'enforce'],
+      ['watched', 'expire-on-create', 'observe'],
+    ]);
+    expect(createRuleSet(rules, ['x.yaml']).match(Buffer.from('w:1'))?.mode).toBe('observe');
+  });
+
+  it('returns the first matching rule in load order', () => {
+    const rules = parseRuleFile(
+      file(
+        '  - name: narrow\n    prefix: "lock:"\n    pattern: \'^lock:[0-9]+$\'\n',
+        '  - name: broad\n    prefix: "lock:"\n',
+        '  - name: never-first\n    prefix: "lock:1"\n',
+      ),
+      'x.yaml',
+    );
+    const set = createRuleSet(rules, ['x.yaml']);
+    expect(set.match(Buffer.from('lock:123'))?.name).toBe('narrow');
+    expect(set.match(Buffer.from('lock:1a'))?.name).toBe('broad');
+    expect(set.match(Buffer.from('other'))).toBeUndefined();
+  });
+
+  it('allows an empty prefix when a pattern narrows it', () => {
+    const rules = parseRuleFile(file('  - name: p\n    prefix: ""\n    pattern: \'^x$\'\n'), 'x.yaml');
+    const set = createRuleSet(rules, ['x.yaml']);
+    expect(set.match(Buffer.from('x'))?.name).toBe('p');
+    expect(set.match(Buffer.from('xx'))).toBeUndefined();
+  });
+
+  it('returns frozen rule lists', () => {
+    const set = createRuleSet(parseRuleFile(file('  - name: f\n    prefix: "f"\n'), 'x.yaml'), [
+      'x.yaml',
+    ]);
+    expect(Object.isFrozen(set.rules)).toBe(true);
+    expect(Object.isFrozen(set.files)).toBe(true);
+    expect(Object.isFrozen(set.rules[0])).toBe(true);
+  });
+});
+
+describe('rule file errors', () => {
+  const ok = '  - name: ok-rule\n    prefix: "ok:"\n';
+
+  it('reports YAML syntax errors with line and column', () => {
+    expectParseError('rules: [\n  - name: x\n', /^rules\/x\.yaml: invalid YAML \(first of 2 problems\): .*at line 2, column 3/, {
+      rule: undefined,
+      field: undefined,
+    });
+  });
+
+  it('reports duplicate keys in a mapping', () => {
+    expectParseError(
+      file('  - name: d\n    prefix_hex: "17"\n    prefix_hex: "15"\n'),
+      /rules\/x\.yaml: invalid YAML: Map keys must be unique at line 4, column 5/,
+      { rule: undefined, field: undefined },
+    );
+  });
+
+  it('reports YAML warnings such as unknown tags', () => {
+    expectParseError(file('  - name: t\n    prefix: !hex "17"\n'), /rules\/x\.yaml: invalid YAML: .*!hex/, {
+      rule: undefined,
+      field: undefined,
+    });
+  });
+
+  it('refuses an empty file', () => {
+    expectParseError('# nothing\n', /rules\/x\.yaml: top level must be a mapping .*"rules", got nothing/, {
+      rule: undefined,
+      field: undefined,
+    });
+  });
+
+  it('refuses a top level that is not a mapping', () => {
+    expectParseError('- name: x\n', /rules\/x\.yaml: top level must be a mapping .*got a list/, {
+      rule: undefined,
+      field: undefined,
+    });
+  });
+
+  it('refuses extra top-level keys', () => {
+    expectParseError(
+      `${file(ok)}rule:\n  - name: y\n`,
+      /rules\/x\.yaml: field "rule": unknown top-level key: the file must contain only "rules:"/,
+      { rule: undefined, field: 'rule' },
+    );
+  });
+
+  it('refuses a missing, empty or non-list rules key', () => {
+    expectParseError('other: 1\n', /rules\/x\.yaml: field "other": unknown top-level key/, {
+      rule: undefined,
+      field: 'other',
+    });
+    expectParseError('rules: []\n', /rules\/x\.yaml: field "rules": must be a non-empty list of rules, got a list/, {
+      rule: undefined,
+      field: 'rules',
+    });
+    expectParseError('rules:\n', /rules\/x\.yaml: field "rules": must be a non-empty list of rules, got nothing/, {
+      rule: undefined,
+      field: 'rules',
+    });
+    expectParseError('rules:\n  name: x\n', /field "rules": must be a non-empty list of rules, got a mapping/, {
+      rule: undefined,
+      field: 'rules',
+    });
+  });
+
+  it('refuses a rule that is not a mapping', () => {
+    expectParseError(file(ok, '  - just-a-name\n'), /rules\/x\.yaml: rule 2: must be a mapping .*got the text "just-a-name"/, {
+      rule: 2,
+      field: undefined,
+    });
+  });
+
+  it('refuses unknown fields, naming them', () => {
+    expectParseError(
+      file(ok, '  - name: typo\n    prefx: "a:"\n'),
+      /rules\/x\.yaml: rule 2 \("typo"\): field "prefx": unknown field \(allowed: name, prefix, prefix_hex, pattern, action, mode\)/,
+      { rule: 2, field: 'prefx' },
+    );
+  });
+
+  it('refuses a missing name', () => {
+    expectParseError(file(ok, '  - prefix: "a:"\n'), /rules\/x\.yaml: rule 2: field "name": is required/, {
+      rule: 2,
+      field: 'name',
+    });
+  });
+
+  it('refuses an empty name', () => {
+    expectParseError(file('  - name: ""\n    prefix: "a:"\n'), /rules\/x\.yaml: rule 1: field "name": is empty/, {
+      rule: 1,
+      field: 'name',
+    });
+  });
+
+  it('refuses a name with bad characters', () => {
+    expectParseError(
+      file('  - name: "my lock"\n    prefix: "a:"\n'),
+      /rules\/x\.yaml: rule 1: field "name": may only contain letters, digits, "_", "\." and "-", got "my lock"/,
+      { rule: 1, field: 'name' },
+    );
+  });
+
+  it('refuses a name that is not a string', () => {
+    expectParseError(
+      file('  - name: 123\n    prefix: "a:"\n'),
+      /rules\/x\.yaml: rule 1: field "name": must be a string, got a number \(123\); quote the value/,
+      { rule: 1, field: 'name' },
+    );
+  });
+
+  it('refuses duplicate names in one file, saying where the first was', () => {
+    expectParseError(
+      file(ok, '  - name: ok-rule\n    prefix: "other:"\n'),
+      /rules\/x\.yaml: rule 2 \("ok-rule"\): field "name": duplicate name "ok-rule": already used by rules\/x\.yaml rule 1/,
+      { rule: 2, field: 'name' },
+    );
+  });
+
+  it('refuses duplicate names passed to createRuleSet from different files', () => {
+    const a = parseRuleFile(file(ok), 'rules/a.yaml');
+    const b = parseRuleFile(file(ok), 'rules/b.yaml');
+    expect(() => createRuleSet([...a, ...b], ['rules/a.yaml', 'rules/b.yaml'])).toThrowError(
+      /^rules\/b\.yaml: rule 1 \("ok-rule"\): field "name": duplicate name "ok-rule": already used by rules\/a\.yaml rule 1$/,
+    );
+    const error = catchRuleError(() => createRuleSet([...a, ...b], []));
+    expect([error.code, error.file, error.rule, error.field]).toEqual([
+      'ERULEFILE',
+      'rules/b.yaml',
+      1,
+      'name',
+    ]);
+  });
+
+  it('refuses both prefix and prefix_hex', () => {
+    expectParseError(
+      file('  - name: both\n    prefix: "a:"\n    prefix_hex: "61"\n'),
+      /rules\/x\.yaml: rule 1 \("both"\): field "prefix_hex": cannot be combined with "prefix": give exactly one of them/,
+      { rule: 1, field: 'prefix_hex' },
+    );
+  });
+
+  it('refuses neither prefix nor prefix_hex', () => {
+    expectParseError(
+      file('  - name: neither\n    pattern: \'^a\'\n'),
+      /rules\/x\.yaml: rule 1 \("neither"\): field "prefix": is required: give exactly one of "prefix" or "prefix_hex"/,
+      { rule: 1, field: 'prefix' },
+    );
+  });
+
+  it('refuses an empty prefix without a pattern', () => {
+    expectParseError(
+      file('  - name: all\n    prefix: ""\n'),
+      /rules\/x\.yaml: rule 1 \("all"\): field "prefix": is empty and there is no pattern: the rule would match every key/,
+      { rule: 1, field: 'prefix' },
+    );
+    expectParseError(
+      file('  - name: all-hex\n    prefix_hex: " "\n'),
+      /rule 1 \("all-hex"\): field "prefix_hex": is empty and there is no pattern/,
+      { rule: 1, field: 'prefix_hex' },
+    );
+  });
+
+  it('refuses prefix_hex that is not hex', () => {
+    expectParseError(
+      file(ok, '  - name: queue-lock\n    prefix_hex: "zz"\n'),
+      /^rules\/x\.yaml: rule 2 \("queue-lock"\): field "prefix_hex": not valid hex: "zz"$/,
+      { rule: 2, field: 'prefix_hex' },
+    );
+    expectParseError(
+      file('  - name: hex0x\n    prefix_hex: "0x17"\n'),
+      /field "prefix_hex": not valid hex: "0x17" \(write the bytes without "0x", e\.g\. "17"\)/,
+      { rule: 1, field: 'prefix_hex' },
+    );
+  });
+
+  it('refuses prefix_hex with an odd number of digits', () => {
+    expectParseError(
+      file('  - name: odd\n    prefix_hex: "abc"\n'),
+      /rules\/x\.yaml: rule 1 \("odd"\): field "prefix_hex": odd number of hex digits in "abc"/,
+      { rule: 1, field: 'prefix_hex' },
+    );
+    expectParseError(
+      file('  - name: split\n    prefix_hex: "d ead"\n'),
+      /field "prefix_hex": odd number of hex digits in "d ead".*spaces may only go between bytes/,
+      { rule: 1, field: 'prefix_hex' },
+    );
+  });
+
+  it('refuses unquoted hex that YAML reads as a number, showing it as written', () => {
+    expectParseError(
+      file('  - name: num\n    prefix_hex: 0x17\n'),
+      /rules\/x\.yaml: rule 1 \("num"\): field "prefix_hex": must be a string, got a number \(0x17\); quote hex digits so YAML keeps them as text: prefix_hex: "17"$/,
+      { rule: 1, field: 'prefix_hex' },
+    );
+    expectParseError(
+      file('  - name: num\n    prefix_hex: 17\n'),
+      /field "prefix_hex": must be a string, got a number \(17\); quote hex digits .*prefix_hex: "17"/,
+      { rule: 1, field: 'prefix_hex' },
+    );
+  });
+
+  it('refuses a text prefix that is not a string', () => {
+    expectParseError(
+      file('  - name: num\n    prefix: 23\n'),
+      /rules\/x\.yaml: rule 1 \("num"\): field "prefix": must be a string, got a number \(23\); quote the value so YAML keeps it as text: prefix: "23"/,
+      { rule: 1, field: 'prefix' },
+    );
+    expectParseError(
+      file('  - name: list\n    prefix: [a, b]\n'),
+      /rule 1 \("list"\): field "prefix": must be a string, got a list$/,
+      { rule: 1, field: 'prefix' },
+    );
+    expectParseError(
+      file('  - name: nothing\n    prefix:\n'),
+      /rule 1 \("nothing"\): field "prefix": must be a string, got nothing$/,
+      { rule: 1, field: 'prefix' },
+    );
+  });
+
+  it('refuses a pattern that is not a string', () => {
+    expectParseError(
+      file('  - name: pat\n    prefix: "a"\n    pattern: true\n'),
+      /rules\/x\.yaml: rule 1 \("pat"\): field "pattern": must be a string, got a boolean \(true\)/,
+      { rule: 1, field: 'pattern' },
+    );
+  });
+
+  it('refuses an invalid regex, including the JS error', () => {
+    expectParseError(
+      file('  - name: pat\n    prefix: "a"\n    pattern: \'^(a\'\n'),
+      /rules\/x\.yaml: rule 1 \("pat"\): field "pattern": not a valid regular expression: Invalid regular expression: \/\^\(a\/: Unterminated group/,
+      { rule: 1, field: 'pattern' },
+    );
+  });
+
+  it('refuses an empty pattern', () => {
+    expectParseError(
+      file('  - name: pat\n    prefix: ""\n    pattern: ""\n'),
+      /rules\/x\.yaml: rule 1 \("pat"\): field "pattern": is empty/,
+      { rule: 1, field: 'pattern' },
+    );
+  });
+
+  it('refuses an unknown action, listing the allowed ones', () => {
+    expectParseError(
+      file('  - name: act\n    prefix: "a"\n    action: expire-always\n'),
+      /rules\/x\.yaml: rule 1 \("act"\): field "action": must be one of: expire-on-create; got "expire-always"/,
+      { rule: 1, field: 'action' },
+    );
+  });
+
+  it('refuses an unknown mode, listing the allowed ones', () => {
+    expectParseError(
+      file('  - name: m\n    prefix: "a"\n    mode: Enforce\n'),
+      /rules\/x\.yaml: rule 1 \("m"\): field "mode": must be one of: enforce, observe; got "Enforce"/,
+      { rule: 1, field: 'mode' },
+    );
+  });
+
+  it('names the rule only by number when its name is invalid', () => {
+    expectParseError(
+      file('  - name: "bad name"\n    prefix_hex: "zz"\n'),
+      /^rules\/x\.yaml: rule 1: field "name": may only contain/,
+      { rule: 1, field: 'name' },
+    );
+    expectParseError(
+      file('  - name: 7\n    prefx: "a"\n'),
+      /^rules\/x\.yaml: rule 1: field "prefx": unknown field/,
+      { rule: 1, field: 'prefx' },
+    );
+  });
+});
