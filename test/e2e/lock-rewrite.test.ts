@@ -1,0 +1,344 @@
+/**
+ * The rewrite itself, end to end against a real redis-server: Stalwart's exact
+ * bytes however TCP splits them, what the script does in every key state, and
+ * the blocks that must be left alone.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { cmd, RawClient } from '../support/resp.js';
+import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
+
+let redis: RedisServer;
+let proxy: TestProxy;
+let admin: RawClient;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  proxy = await startTestProxy({ upstream: redis.url });
+  admin = await RawClient.connect(redis.port);
+});
+
+afterAll(async () => {
+  await admin?.close();
+  await proxy?.close();
+  await redis?.stop();
+});
+
+beforeEach(async () => {
+  admin.write(cmd('FLUSHALL'));
+  expect((await admin.readReplies(1)).toString()).toBe('+OK\r\n');
+});
+
+/** Sends `bytes` on a fresh connection to `port` and returns exactly `replies` replies. */
+async function exchange(port: number, bytes: Buffer, replies: number): Promise<string> {
+  const client = await RawClient.connect(port);
+  try {
+    client.write(bytes);
+    return (await client.readReplies(replies)).toString('latin1');
+  } finally {
+    await client.close();
+  }
+}
+
+async function adminCall(...args: (string | Buffer)[]): Promise<string> {
+  admin.write(cmd(...args));
+  return (await admin.readReplies(1)).toString('latin1');
+}
+
+async function pttl(key: Buffer | string): Promise<number> {
+  return Number(/^:(-?\d+)/.exec(await adminCall('PTTL', key))?.[1]);
+}
+
+describe('Stalwart lock attempts through the proxy', () => {
+  const key = taskLockKey(0x0d0a00ffn); // bytes include \r \n \0
+
+  it('creates the lock with its expiry, and a second attempt leaves the expiry alone', async () => {
+    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
+    const ttl = await pttl(key);
+    expect(ttl).toBeGreaterThan(3_590_000);
+    await adminCall('PEXPIRE', key, '5000'); // as if time passed
+    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 0));
+    expect(await pttl(key)).toBeLessThanOrEqual(5000);
+    expect(proxy.stats.blocksRewritten).toBeGreaterThanOrEqual(2);
+  });
+
+  it('shows the bug directly against Redis: every attempt re-arms the expiry', async () => {
+    expect(await exchange(redis.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
+    await adminCall('PEXPIRE', key, '5000');
+    expect(await exchange(redis.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 1));
+    expect(await pttl(key)).toBeGreaterThan(3_590_000);
+  });
+
+  it('matches when the block arrives one byte at a time', async () => {
+    const client = await RawClient.connect(proxy.port);
+    await client.writeSplit(lockAttempt(key, 3600), 'bytewise');
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
+    await client.writeSplit(lockAttempt(key, 3600), 'bytewise');
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
+    await client.close();
+  });
+
+  it('matches whatever the split points', async () => {
+    const client = await RawClient.connect(proxy.port);
+    const block = lockAttempt(key, 3600);
+    for (let attempt = 1; attempt <= 25; attempt++) {
+      const sizes = Array.from({ length: 4 }, () => 1 + Math.floor(Math.random() * 20));
+      await client.writeSplit(block, sizes, { delayMs: 1 });
+      expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(attempt, attempt === 1 ? 1 : 0));
+    }
+    await client.close();
+  });
+
+  it('keeps order on a multiplexed connection with other commands pipelined around the block', async () => {
+    const other = queueLockKey(7n, 'local');
+    const batch = Buffer.concat([
+      cmd('PING'),
+      cmd('SET', 'k', 'v'),
+      cmd('GET', 'k'),
+      lockAttempt(key, 3600),
+      cmd('GET', 'k'),
+      lockAttempt(other, 600),
+      cmd('DEL', key),
+      lockAttempt(key, 3600),
+      cmd('PING'),
+    ]);
+    const replies = await exchange(proxy.port, batch, 3 + 4 + 1 + 4 + 1 + 4 + 1);
+    expect(replies).toBe(
+      '+PONG\r\n+OK\r\n$1\r\nv\r\n' +
+        attemptReplies(1, 1) +
+        '$1\r\nv\r\n' +
+        attemptReplies(1, 1) +
+        ':1\r\n' + // the DEL ran after the first attempt
+        attemptReplies(1, 1) + // so the lock was free again
+        '+PONG\r\n',
+    );
+    expect(await pttl(other)).toBeGreaterThan(590_000);
+  });
+
+  it('speaks RESP3 after HELLO 3', async () => {
+    const client = await RawClient.connect(proxy.port);
+    client.write(cmd('HELLO', '3'));
+    expect((await client.readReplies(1)).toString('latin1')).toMatch(/^%7\r\n/);
+    client.write(Buffer.concat([lockAttempt(key, 3600), lockAttempt(key, 3600), cmd('PING')]));
+    expect((await client.readReplies(9)).toString('latin1')).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + '+PONG\r\n');
+    await client.close();
+  });
+
+  it('handles INCR and PEXPIRE, with the client’s own letter case', async () => {
+    const block = Buffer.concat([cmd('multi'), cmd('incr', 'lock:a'), cmd('pexpire', 'lock:a', '60000'), cmd('exec')]);
+    expect(await exchange(proxy.port, block, 4)).toBe(attemptReplies(1, 1));
+    await adminCall('PEXPIRE', 'lock:a', '5000');
+    expect(await exchange(proxy.port, block, 4)).toBe(attemptReplies(2, 0));
+    expect(await pttl('lock:a')).toBeLessThanOrEqual(5000);
+  });
+
+  it('heals a lock that has no expiry', async () => {
+    await adminCall('SET', key, '5');
+    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(6, 1));
+    expect(await pttl(key)).toBeGreaterThan(3_590_000);
+  });
+
+  it('does not re-arm a lock taken by a fixed node with SET NX EX (rolling upgrade)', async () => {
+    const deadline = String(Math.floor(Date.now() / 1000) + 30);
+    expect(await adminCall('SET', key, deadline, 'NX', 'EX', '30')).toBe('+OK\r\n');
+    const replies = await exchange(proxy.port, lockAttempt(key, 3600), 4);
+    expect(replies).toBe(attemptReplies(BigInt(deadline) + 1n, 0)); // counter != 1: the old node does not get the lock
+    expect(await pttl(key)).toBeLessThanOrEqual(30_000);
+  });
+
+  it('puts increment errors inside the EXEC array exactly as Redis does', async () => {
+    for (const setup of [
+      ['RPUSH', key, 'x'], // WRONGTYPE
+      ['SET', key, 'not-a-number'], // not an integer
+      ['SET', key, '9223372036854775807'], // overflow
+    ]) {
+      await adminCall('FLUSHALL');
+      await adminCall(...setup);
+      const direct = await exchange(redis.port, lockAttempt(key, 3600), 4);
+      await adminCall('FLUSHALL');
+      await adminCall(...setup);
+      const proxied = await exchange(proxy.port, lockAttempt(key, 3600), 4);
+      expect(proxied).toBe(direct); // no expiry before: both apply it (:1)
+      expect(proxied).toMatch(/\*2\r\n-(WRONGTYPE|ERR) [^\r]+\r\n:1\r\n$/);
+      // With an expiry already set, the proxy leaves it alone.
+      await adminCall('PEXPIRE', key, '5000');
+      expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(proxied.replace(/:1\r\n$/, ':0\r\n'));
+      expect(await pttl(key)).toBeLessThanOrEqual(5000);
+    }
+  });
+
+  it('returns counters beyond 2^53 exactly', async () => {
+    await adminCall('SET', key, '9007199254740993');
+    await adminCall('EXPIRE', key, '100');
+    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('9007199254740994', 0));
+    await adminCall('SET', key, '-9007199254740999');
+    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('-9007199254740998', 1));
+  });
+
+  it('survives a flushed script cache (EVALSHA falls back to EVAL)', async () => {
+    const before = proxy.stats.scriptReloads;
+    await adminCall('SCRIPT', 'FLUSH');
+    const client = await RawClient.connect(proxy.port);
+    client.write(Buffer.concat([cmd('PING'), lockAttempt(key, 3600), cmd('GET', key)]));
+    expect((await client.readReplies(6)).toString('latin1')).toBe('+PONG\r\n' + attemptReplies(1, 1) + '$1\r\n1\r\n');
+    await adminCall('SCRIPT', 'FLUSH');
+    client.write(lockAttempt(key, 3600));
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
+    await client.close();
+    expect(proxy.stats.scriptReloads).toBe(before + 2);
+  });
+});
+
+describe('blocks the proxy leaves alone', () => {
+  const key = taskLockKey(42n);
+
+  /** Runs `bytes` directly and through the proxy from the same starting state; both must agree byte for byte. */
+  async function sameAsDirect(bytes: Buffer, replies: number, setup: Array<Array<string | Buffer>> = []): Promise<string> {
+    const run = async (port: number): Promise<{ replies: string; ttl: number }> => {
+      await adminCall('FLUSHALL');
+      for (const command of setup) await adminCall(...command);
+      const out = await exchange(port, bytes, replies);
+      return { replies: out, ttl: Math.round((await pttl(key)) / 1000) };
+    };
+    const direct = await run(redis.port);
+    const proxied = await run(proxy.port);
+    expect(proxied).toEqual(direct);
+    return proxied.replies;
+  }
+
+  const existing = [['SET', key, '1', 'EX', '100']];
+
+  it('a key no rule names', async () => {
+    const block = Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'other', '1'), cmd('EXPIRE', 'other', '10'), cmd('EXEC')]);
+    const before = proxy.stats.blocksSeen;
+    await sameAsDirect(block, 4, [['SET', 'other', '1', 'EX', '100']]);
+    expect(proxy.stats.blocksSeen).toBe(before);
+  });
+
+  it('a Stalwart rate-limit counter (prefix 0x02)', async () => {
+    const limit = Buffer.from([0x02, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 9]);
+    const block = lockAttempt(limit, 60);
+    await sameAsDirect(block, 4, [['SET', limit, '1', 'EX', '100']]);
+  });
+
+  it('EXPIRE with an option, a different key, extra commands, bad integers', async () => {
+    const variants = [
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600', 'NX'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', taskLockKey(43n), '3600'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('GET', key), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('GET', key), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '01'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '+5'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '0'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '-5'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '99999999999999999999'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('DISCARD')]),
+      Buffer.concat([cmd('MULTI', 'x'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]),
+    ];
+    const replyCounts = [4, 4, 5, 5, 4, 4, 4, 4, 4, 4, 4];
+    for (let i = 0; i < variants.length; i++) await sameAsDirect(variants[i], replyCounts[i], existing);
+  });
+
+  it('a block under WATCH (EXEC must be able to fail)', async () => {
+    const block = Buffer.concat([cmd('WATCH', key), lockAttempt(key, 3600)]);
+    expect(await sameAsDirect(block, 1 + 4, existing)).toBe('+OK\r\n' + attemptReplies(2, 1));
+    // EXEC unwatched: the next attempt on the same connection is rewritten again.
+    const client = await RawClient.connect(proxy.port);
+    client.write(Buffer.concat([cmd('WATCH', key), cmd('UNWATCH'), lockAttempt(key, 3600)]));
+    expect((await client.readReplies(6)).toString('latin1')).toBe('+OK\r\n+OK\r\n' + attemptReplies(3, 0));
+    await client.close();
+  });
+
+  it('a block inside a transaction', async () => {
+    const block = Buffer.concat([cmd('MULTI'), lockAttempt(key, 3600), cmd('EXEC')]);
+    // MULTI, nested MULTI refused, two QUEUED, EXEC runs the block, the last EXEC has no MULTI.
+    await sameAsDirect(block, 6, existing);
+  });
+
+  it('a rule in observe mode: counted and logged, forwarded unchanged', async () => {
+    const before = proxy.stats.blocksObserved;
+    const block = Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'watch:x', '1'), cmd('EXPIRE', 'watch:x', '60'), cmd('EXEC')]);
+    await adminCall('SET', 'watch:x', '1', 'EX', '5');
+    expect(await exchange(proxy.port, block, 4)).toBe(attemptReplies(2, 1));
+    expect(await pttl('watch:x')).toBeGreaterThan(55_000); // re-armed, as without the proxy
+    expect(proxy.stats.blocksObserved).toBe(before + 1);
+    const line = proxy.logs().find((l) => l.msg === 'observe: lock block would be rewritten' && l.key === 'watch:x');
+    expect(line).toMatchObject({ rule: 'test-observe', key: 'watch:x' });
+  });
+});
+
+describe('holding a MULTI', () => {
+  const key = 'lock:slow';
+
+  it('releases a slowly typed block after the hold deadline, and it runs as sent', async () => {
+    const client = await RawClient.connect(proxy.port);
+    client.write(cmd('MULTI'));
+    // Without a release this would wait for the rest of the block forever.
+    expect((await client.readReplies(1, 1000)).toString()).toBe('+OK\r\n');
+    client.write(cmd('INCRBY', key, '1'));
+    expect((await client.readReplies(1)).toString()).toBe('+QUEUED\r\n');
+    client.write(Buffer.concat([cmd('EXPIRE', key, '60'), cmd('EXEC')]));
+    expect((await client.readReplies(2)).toString()).toBe('+QUEUED\r\n*2\r\n:1\r\n:1\r\n');
+    await client.close();
+    expect(proxy.stats.releases.get('hold-timeout')).toBeGreaterThanOrEqual(1);
+  });
+
+  it('still matches a block that trickles in slower than the deadline overall, but byte by byte faster', async () => {
+    const client = await RawClient.connect(proxy.port);
+    const block = lockAttempt(key, 60); // ~90 bytes at 1 ms each: far longer than the 10 ms deadline in total
+    await client.writeSplit(block, 'bytewise', { delayMs: 1 });
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
+    await client.close();
+  });
+
+  it('drops the held bytes of a client that disconnects mid-block, and keeps serving others', async () => {
+    const client = await RawClient.connect(proxy.port);
+    const block = lockAttempt(key, 60);
+    client.write(block.subarray(0, block.length - 5));
+    await new Promise((r) => setTimeout(r, 5));
+    client.destroy();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await adminCall('EXISTS', key)).toBe(':0\r\n');
+    expect(await exchange(proxy.port, lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
+  });
+});
+
+describe('when the script cannot run', () => {
+  it('sends the original block, in order, and logs the reason once per connection', async () => {
+    await adminCall('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '&*', '+@all', '-eval', '-evalsha');
+    const key = taskLockKey(99n);
+    const batch = Buffer.concat([
+      cmd('AUTH', 'noscript', 'pw'),
+      cmd('SET', 'before', '1'),
+      lockAttempt(key, 3600),
+      cmd('DEL', 'before'),
+      lockAttempt(key, 3600),
+      cmd('GET', key),
+    ]);
+    const direct = await exchange(redis.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
+    await adminCall('DEL', key);
+    const fallbacks = proxy.stats.fallbacks.get('NOPERM') ?? 0;
+    const proxied = await exchange(proxy.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
+    expect(proxied).toBe(direct);
+    expect(proxied).toContain(attemptReplies(2, 1)); // original semantics: the expiry was re-armed
+    expect(proxy.stats.fallbacks.get('NOPERM')).toBe(fallbacks + 2);
+    const warnings = proxy.logs().filter((l) => l.reason === 'NOPERM' && l.level === 40);
+    expect(warnings.length).toBe(1);
+  });
+
+  it('passes queue-time errors through as Redis gives them (READONLY replica)', async () => {
+    const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(redis.port)] });
+    const replicaProxy = await startTestProxy({ upstream: replica.url });
+    try {
+      const key = taskLockKey(5n);
+      const direct = await exchange(replica.port, lockAttempt(key, 3600), 4);
+      const proxied = await exchange(replicaProxy.port, lockAttempt(key, 3600), 4);
+      expect(direct).toMatch(/^\+OK\r\n-READONLY /);
+      expect(proxied).toBe(direct);
+    } finally {
+      await replicaProxy.close();
+      await replica.stop();
+    }
+  });
+});
