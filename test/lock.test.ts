@@ -1,0 +1,168 @@
+/**
+ * The rewrite decision: integer rules (checked against Redis itself as the
+ * oracle), the block matcher, and the translation of the script's reply.
+ */
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BlockMatcher, BlockStep } from '../src/lock/block-matcher.js';
+import { isRedisInteger, isRewritableExpiry } from '../src/lock/integers.js';
+import { encodeLockCall, LOCK_SCRIPT_SHA, translateScriptReply } from '../src/lock/script.js';
+import { HEAD, RequestScanner } from '../src/resp/request-scanner.js';
+import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
+import { startRedis, type RedisServer } from './support/redis.js';
+import { cmd, RawClient } from './support/resp.js';
+import { attemptReplies, lockAttempt, taskLockKey } from './support/stalwart.js';
+
+const rules = createRuleSet(parseRuleFile('rules:\n  - name: locks\n    prefix: "lock:"\n', 'test.yaml'), ['test.yaml']);
+
+/** Feeds a whole byte stream and returns the matcher's answer for each frame after the first (MULTI). */
+function match(bytes: Buffer): { accepted: boolean[]; step: BlockStep; matcher: BlockMatcher } {
+  const scanner = new RequestScanner();
+  const matcher = new BlockMatcher();
+  const accepted: boolean[] = [];
+  let first = true;
+  scanner.newChunk();
+  let pos = 0;
+  while (pos < bytes.length) {
+    pos = scanner.next(bytes, pos);
+    if (!(scanner.event & HEAD)) continue;
+    if (first) {
+      expect(BlockMatcher.isBlockStart(scanner)).toBe(true);
+      matcher.reset();
+      first = false;
+    } else {
+      accepted.push(matcher.accept(scanner, rules));
+    }
+  }
+  return { accepted, step: matcher.step, matcher };
+}
+
+describe('isRedisInteger', () => {
+  it('follows string2ll', () => {
+    for (const ok of ['0', '1', '-1', '42', '9223372036854775807', '-9223372036854775808']) {
+      expect(isRedisInteger(Buffer.from(ok)), ok).toBe(true);
+    }
+    for (const bad of ['', '-', '+1', '01', '-0', '00', ' 1', '1 ', '1.0', '9223372036854775808', '-9223372036854775809', '1e3', '0x10']) {
+      expect(isRedisInteger(Buffer.from(bad)), bad).toBe(false);
+    }
+  });
+
+  describe('agrees with Redis on arbitrary strings', () => {
+    let redis: RedisServer;
+    let client: RawClient;
+    beforeAll(async () => {
+      redis = await startRedis();
+      client = await RawClient.connect(redis.port);
+    });
+    afterAll(async () => {
+      await client?.close();
+      await redis?.stop();
+    });
+
+    it('INCRBY accepts exactly the deltas isRedisInteger accepts', async () => {
+      const digitsy = fc.stringMatching(/^[-+0 ]?[0-9]{0,20}$/);
+      const samples = fc.sample(fc.oneof(digitsy, fc.string({ maxLength: 6 }), fc.bigInt({ min: -(2n ** 64n), max: 2n ** 64n }).map(String)), 400);
+      for (const delta of samples) {
+        client.write(Buffer.concat([cmd('SET', 'n', '0'), cmd('INCRBY', 'n', delta)]));
+        const reply = (await client.readReplies(2)).toString('latin1');
+        const redisAccepts = !reply.includes('-ERR value is not an integer');
+        expect(isRedisInteger(Buffer.from(delta)), JSON.stringify(delta)).toBe(redisAccepts);
+      }
+    });
+  });
+});
+
+describe('isRewritableExpiry', () => {
+  it('takes positive expiries up to the limit only', () => {
+    expect(isRewritableExpiry(Buffer.from('3600'), false)).toBe(true);
+    expect(isRewritableExpiry(Buffer.from('1000000000000'), false)).toBe(true);
+    expect(isRewritableExpiry(Buffer.from('1000000000001'), false)).toBe(false);
+    expect(isRewritableExpiry(Buffer.from('1000000000000000'), true)).toBe(true);
+    for (const bad of ['0', '-1', '+5', '05', '', '1.5', '99999999999999999999']) {
+      expect(isRewritableExpiry(Buffer.from(bad), false), bad).toBe(false);
+    }
+  });
+});
+
+describe('BlockMatcher', () => {
+  it('matches the Stalwart shape and captures the call', () => {
+    const { accepted, step, matcher } = match(lockAttempt('lock:1', 3600));
+    expect(accepted).toEqual([true, true, true]);
+    expect(step).toBe(BlockStep.Complete);
+    const call = matcher.call();
+    expect(call.key.toString()).toBe('lock:1');
+    expect(call.increment).toBe('INCRBY');
+    expect(call.delta.toString()).toBe('1');
+    expect(call.expire).toBe('EXPIRE');
+    expect(call.ttl.toString()).toBe('3600');
+  });
+
+  it('matches INCR / PEXPIRE in any letter case', () => {
+    const bytes = Buffer.concat([cmd('multi'), cmd('Incr', 'lock:2'), cmd('pExpire', 'lock:2', '1500'), cmd('exec')]);
+    const { accepted, matcher } = match(bytes);
+    expect(accepted).toEqual([true, true, true]);
+    expect(matcher.call()).toMatchObject({ increment: 'INCR', expire: 'PEXPIRE' });
+  });
+
+  it('stops at the first frame that cannot belong to a match', () => {
+    const cases: Array<[Buffer, boolean[]]> = [
+      [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'other:1', '1')]), [false]], // no rule
+      [Buffer.concat([cmd('MULTI'), cmd('GET', 'lock:1')]), [false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:1', '1', 'x')]), [false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:1', '1.5')]), [false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('EXPIRE', 'lock:2', '5')]), [true, false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('EXPIRE', 'lock:1', '5', 'NX')]), [true, false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('EXPIRE', 'lock:1', '0')]), [true, false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('EXPIRE', 'lock:1', '5'), cmd('DISCARD')]), [true, true, false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('EXPIRE', 'lock:1', '5'), cmd('EXEC', 'x')]), [true, true, false]],
+      [Buffer.concat([cmd('MULTI'), Buffer.from('INCR lock:1\r\n')]), [false]], // inline
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', Buffer.alloc(2000, 'l'))]), [false]], // key too long to capture
+    ];
+    for (const [bytes, expected] of cases) expect(match(bytes).accepted, bytes.toString('latin1')).toEqual(expected);
+  });
+
+  it('accepts binary keys containing CR, LF and NUL', () => {
+    const rulesStalwart = createRuleSet(parseRuleFile('rules:\n  - name: t\n    prefix_hex: "17"\n', 'x.yaml'), ['x.yaml']);
+    const key = taskLockKey(0x0d0a000dn);
+    const scanner = new RequestScanner();
+    const matcher = new BlockMatcher();
+    const bytes = lockAttempt(key, 3600);
+    scanner.newChunk();
+    let pos = 0;
+    let frames = 0;
+    while (pos < bytes.length) {
+      pos = scanner.next(bytes, pos);
+      if (!(scanner.event & HEAD)) continue;
+      if (frames++ === 0) matcher.reset();
+      else expect(matcher.accept(scanner, rulesStalwart)).toBe(true);
+    }
+    expect(matcher.call().key.equals(key)).toBe(true);
+  });
+});
+
+describe('the script call and its reply', () => {
+  it('encodes EVALSHA with the key and arguments as bulk strings', () => {
+    const call = { key: Buffer.from('lock:\r\n'), increment: 'INCRBY' as const, delta: Buffer.from('1'), expire: 'EXPIRE' as const, ttl: Buffer.from('60') };
+    const bytes = encodeLockCall(call, false).toString('latin1');
+    expect(bytes).toBe(
+      `*8\r\n$7\r\nEVALSHA\r\n$40\r\n${LOCK_SCRIPT_SHA}\r\n$1\r\n1\r\n$7\r\nlock:\r\n\r\n$6\r\nINCRBY\r\n$1\r\n1\r\n$6\r\nEXPIRE\r\n$2\r\n60\r\n`,
+    );
+    expect(encodeLockCall(call, true).toString('latin1')).toMatch(/^\*8\r\n\$4\r\nEVAL\r\n\$\d+\r\n-- redis-lock-proxy/);
+  });
+
+  it('translates every reply shape', () => {
+    expect(translateScriptReply(Buffer.from('*2\r\n:1\r\n:1\r\n'))).toMatchObject({ kind: 'replies', counter: '1', applied: true });
+    const ok = translateScriptReply(Buffer.from('*2\r\n:7\r\n:0\r\n'));
+    expect(ok.kind === 'replies' && ok.bytes.toString()).toBe(attemptReplies(7, 0));
+    const big = translateScriptReply(Buffer.from('*2\r\n$16\r\n9007199254740993\r\n:0\r\n'));
+    expect(big.kind === 'replies' && big.bytes.toString()).toBe(attemptReplies('9007199254740993', 0));
+    const err = translateScriptReply(Buffer.from('*2\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n:1\r\n'));
+    expect(err.kind === 'replies' && err.bytes.toString()).toBe(
+      '+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n:1\r\n',
+    );
+    expect(translateScriptReply(Buffer.from('-NOSCRIPT No matching script.\r\n'))).toEqual({ kind: 'error', message: '-NOSCRIPT No matching script.' });
+    for (const odd of ['*3\r\n:1\r\n:1\r\n:1\r\n', '*2\r\n:1\r\n:2\r\n', '+OK\r\n', '*2\r\n$3\r\nabc\r\n:1\r\n', '*2\r\n:1\r\n']) {
+      expect(translateScriptReply(Buffer.from(odd)).kind, odd).toBe('unexpected');
+    }
+  });
+});
