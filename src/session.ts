@@ -133,9 +133,10 @@ export class Session {
 
   // ---------------------------------------------------------------- lifecycle
 
-  private startSetup(): void {
+  /** Sends AUTH/SELECT from the upstream URL, if any; client bytes wait for their replies. Returns true if sent. */
+  private startSetup(): boolean {
     const commands = setupCommands(this.ctx.upstream);
-    if (commands.length === 0) return;
+    if (commands.length === 0) return false;
     this.awaiting = 'setup';
     this.replyPipe = false;
     for (const cmd of commands) {
@@ -143,6 +144,7 @@ export class Session {
       this.captures.push((reply) => this.onSetupReply(reply));
     }
     this.updateFlow();
+    return true;
   }
 
   private onSetupReply(reply: Buffer): void {
@@ -188,14 +190,13 @@ export class Session {
     if (this.awaiting === null) this.finishClientEnd();
   }
 
-  /** The client will send nothing more: an unfinished block or frame is dropped, as Redis would drop it. */
+  /**
+   * The client will send nothing more (it may still read). What it sent is
+   * forwarded as it is: an unfinished block or frame then reaches Redis as it
+   * would without the proxy, and Redis discards it when the connection closes.
+   */
   private finishClientEnd(): void {
-    if (this.mode === Mode.Holding) {
-      this.stopHoldTimer();
-      this.held = [];
-      this.mode = Mode.Normal;
-    }
-    this.partial = [];
+    this.flushPending('client-closed');
     this.upstream.end();
   }
 
@@ -264,7 +265,7 @@ export class Session {
       if (event === 0) break;
       if (event & MALFORMED) {
         this.log.debug({ reason: scanner.malformedReason }, 'malformed request: passing it to Redis unread');
-        this.flushPending();
+        this.flushPending('malformed');
         this.enterPipe();
         this.writeUpstream(chunk.subarray(from));
         return;
@@ -280,6 +281,15 @@ export class Session {
         } else {
           this.flushPartial();
           this.forwardFrame();
+        }
+        if (scanner.cmd === Cmd.Reset && scanner.argc === 1 && (event & END) !== 0 && this.mode === Mode.Normal) {
+          // RESET logs the connection out and selects db 0: apply the URL's AUTH/SELECT again, after it.
+          this.writeUpstream(chunk.subarray(from, pos));
+          from = pos;
+          if (this.startSetup()) {
+            if (pos < chunk.length) this.stalled.unshift(chunk.subarray(pos));
+            return;
+          }
         }
         // forwardFrame() may have switched the connection to a plain pipe.
         if ((this.mode as Mode) === Mode.Pipe) {
@@ -344,8 +354,8 @@ export class Session {
   }
 
   /** Forwards everything held or partial as it is (before switching to a plain pipe). */
-  private flushPending(): void {
-    if (this.mode === Mode.Holding) this.release('malformed');
+  private flushPending(reason: string): void {
+    if (this.mode === Mode.Holding) this.release(reason);
     this.flushPartial();
   }
 
@@ -356,40 +366,46 @@ export class Session {
    */
   private forwardFrame(): void {
     const scanner = this.scanner;
+    if (scanner.cmd === Cmd.Empty) return;
+    if (scanner.inlineQuoted) {
+      this.enterPipe(); // the proxy does not interpret inline quoting
+      return;
+    }
+    // Redis refuses a command with the wrong number of arguments before running it, so state
+    // changes only on the exact arities (MULTI x, for example, opens no transaction).
+    const argc = scanner.argc;
     switch (scanner.cmd) {
-      case Cmd.Empty:
-        return;
       case Cmd.Multi:
-        this.inMulti = true;
+        if (argc === 1) this.inMulti = true;
         break;
       case Cmd.Exec:
       case Cmd.Discard:
-        if (this.inMulti) this.watching = false; // EXEC and DISCARD unwatch, when in a transaction
-        this.inMulti = false;
+        if (argc === 1 && this.inMulti) {
+          this.inMulti = false;
+          this.watching = false; // EXEC and DISCARD unwatch everything
+        }
         break;
       case Cmd.Watch:
-        if (!this.inMulti) this.watching = true;
+        if (argc >= 2 && !this.inMulti) this.watching = true;
         break;
       case Cmd.Unwatch:
-        if (!this.inMulti) this.watching = false;
+        if (argc === 1 && !this.inMulti) this.watching = false;
         break;
       case Cmd.Reset:
-        this.inMulti = false;
-        this.watching = false;
+        if (argc === 1) {
+          this.inMulti = false;
+          this.watching = false;
+        }
         break;
       case Cmd.Uncountable:
         this.enterPipe();
         return;
       case Cmd.Client:
-        if (scanner.argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY)) {
+        if (argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY)) {
           this.enterPipe();
           return;
         }
         break;
-    }
-    if (scanner.inlineQuoted) {
-      this.enterPipe(); // the proxy does not interpret inline quoting
-      return;
     }
     this.outstanding++;
   }
@@ -582,7 +598,7 @@ export class Session {
       return;
     }
     this.log.debug('more replies than requests; no longer interpreting this connection');
-    this.flushPending();
+    this.flushPending('unexpected-reply');
     this.enterPipe();
   }
 
@@ -590,7 +606,7 @@ export class Session {
     if (this.captures.length === 0) {
       this.log.warn({ reason }, 'cannot follow the reply stream; no longer interpreting this connection');
       this.writeClient(chunk.subarray(from));
-      this.flushPending();
+      this.flushPending('unreadable-reply');
       this.enterPipe();
       return;
     }

@@ -37,7 +37,21 @@ function parseDb(text: string, url: string): number {
 function masked(url: URL): string {
   const copy = new URL(url.href);
   if (copy.password) copy.password = '***';
-  return copy.href;
+  if (copy.searchParams.has('password')) copy.searchParams.set('password', '***');
+  return copy.href.replace('password=%2A%2A%2A', 'password=***');
+}
+
+/** Masks what looks like a password in a URL that could not be parsed, for error messages. */
+function maskedText(text: string): string {
+  return text.replace(/(\/\/[^:@/]*:)[^@/]*@/, '$1***@').replace(/(password=)[^&]*/, '$1***');
+}
+
+function decode(part: string, what: string, display: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new ConfigError(`upstream URL ${display}: the ${what} is not validly percent-encoded (write % as %25)`);
+  }
 }
 
 export function parseUpstreamUrl(text: string): UpstreamTarget {
@@ -45,11 +59,11 @@ export function parseUpstreamUrl(text: string): UpstreamTarget {
   try {
     url = new URL(text);
   } catch {
-    throw new ConfigError(`upstream URL "${text}" is not a valid URL (expected redis://host:port or unix:///path)`);
+    throw new ConfigError(`upstream URL "${maskedText(text)}" is not a valid URL (expected redis://host:port or unix:///path)`);
   }
   const display = masked(url);
-  const username = url.username ? decodeURIComponent(url.username) : undefined;
-  const password = url.password ? decodeURIComponent(url.password) : undefined;
+  const username = url.username ? decode(url.username, 'user name', display) : undefined;
+  const password = url.password ? decode(url.password, 'password', display) : undefined;
   switch (url.protocol) {
     case 'redis:': {
       if (!url.hostname) throw new ConfigError(`upstream URL ${display}: missing host`);
@@ -66,13 +80,12 @@ export function parseUpstreamUrl(text: string): UpstreamTarget {
     case 'redis+unix:': {
       if (!url.pathname) throw new ConfigError(`upstream URL ${display}: missing socket path`);
       const db = url.searchParams.has('db') ? parseDb(url.searchParams.get('db') ?? '', display) : 0;
-      return {
-        display,
-        path: decodeURIComponent(url.pathname),
-        username: url.searchParams.get('user') ?? username,
-        password: url.searchParams.get('password') ?? password,
-        db,
-      };
+      const socketUser = url.searchParams.get('user') ?? username;
+      const socketPassword = url.searchParams.get('password') ?? password;
+      if (socketUser !== undefined && socketPassword === undefined) {
+        throw new ConfigError(`upstream URL ${display}: a user name needs a password (?user=U&password=P)`);
+      }
+      return { display, path: decode(url.pathname, 'socket path', display), username: socketUser, password: socketPassword, db };
     }
     case 'rediss:':
       throw new ConfigError(`upstream URL ${display}: TLS upstreams (rediss://) are not supported by this version`);

@@ -15,12 +15,16 @@ import { createHash } from 'node:crypto';
  * differently (EXECABORT); the script returns it as its own error, having
  * written nothing, and the proxy sends the original block instead.
  *
- * The expiry is applied only when the key has none after the increment: that
- * is a key the increment just created, or one that lost its expiry (healed).
- * A lock somebody holds keeps the expiry its owner set.
+ * The expiry is applied only when the key has none after the increment
+ * (EXPIRE ... NX): that is a key the increment just created, or one that lost
+ * its expiry (healed). A lock somebody holds keeps the expiry its owner set.
+ * Redis before 7.0 has no NX; there the script asks PTTL instead.
  *
- * Counters beyond 2^53 cannot cross Lua's doubles exactly, so their exact
- * value is read back as a string.
+ * The script calls no read-only command on the normal path: inside a script
+ * those make Redis track the key for a client that has CLIENT TRACKING on,
+ * and the client would receive invalidation pushes the original block never
+ * caused. Counters beyond 2^53 cannot cross Lua's doubles exactly, so their
+ * exact value is read back with GETEX (a GET flagged as a write command).
  */
 export const LOCK_SCRIPT = `-- redis-lock-proxy: expire-on-create
 local key = KEYS[1]
@@ -34,9 +38,12 @@ if type(n) == 'table' then
     return n
   end
 end
-local applied = 0
-if redis.call('PTTL', key) == -1 then applied = redis.call(ARGV[3], key, ARGV[4]) end
-if type(n) == 'number' and (n >= 9007199254740992 or n <= -9007199254740992) then n = redis.call('GET', key) end
+local applied = redis.pcall(ARGV[3], key, ARGV[4], 'NX')
+if type(applied) == 'table' then
+  applied = 0
+  if redis.call('PTTL', key) == -1 then applied = redis.call(ARGV[3], key, ARGV[4]) end
+end
+if type(n) == 'number' and (n >= 9007199254740992 or n <= -9007199254740992) then n = redis.call('GETEX', key) end
 return {n, applied}
 `;
 

@@ -33,6 +33,16 @@ export const HEAD = 1;
 export const END = 2;
 export const MALFORMED = 4;
 
+/** C's isspace(): space, \t, \n, \v, \f, \r. */
+function isSpace(byte: number): boolean {
+  return byte === 0x20 || (byte >= 0x09 && byte <= 0x0d);
+}
+
+/** Where sdssplitargs ends an unquoted argument: space, \t, \r, \n (NUL is handled apart). */
+function isArgumentEnd(byte: number): boolean {
+  return byte === 0x20 || byte === 0x09 || byte === 0x0d || byte === 0x0a;
+}
+
 const enum State {
   FrameStart,
   CountLine,
@@ -52,6 +62,8 @@ class NumberLine {
   negative = false;
   valid = true;
   length = 0;
+  /** The digits as text once the number grows past 15 digits, for the exact int64 range check. */
+  private long = '';
 
   reset(): void {
     this.value = 0;
@@ -59,6 +71,7 @@ class NumberLine {
     this.negative = false;
     this.valid = true;
     this.length = 0;
+    this.long = '';
   }
 
   push(byte: number): void {
@@ -77,12 +90,16 @@ class NumberLine {
     if (this.digits === 0 && d === 0 && this.negative) this.valid = false;
     this.digits++;
     this.value = this.value * 10 + d;
-    if (this.value > Number.MAX_SAFE_INTEGER) this.valid = false;
+    if (this.digits > 15) this.long = this.digits === 16 ? String(Math.floor(this.value / 10)) + String(d) : this.long + String(d);
   }
 
-  /** The parsed value, or undefined when Redis would refuse the line. */
+  /**
+   * The parsed value, or undefined when Redis would refuse the line. Values
+   * beyond 2^53 in magnitude are approximate (only their sign and size matter).
+   */
   result(): number | undefined {
-    if (!this.valid || this.digits === 0) return undefined;
+    if (!this.valid || this.digits === 0 || this.digits > 19) return undefined;
+    if (this.digits === 19 && BigInt(this.long) > (this.negative ? 2n ** 63n : 2n ** 63n - 1n)) return undefined;
     return this.negative ? -this.value : this.value;
   }
 }
@@ -95,7 +112,7 @@ export class RequestScanner {
 
   // The current frame's head, valid from its HEAD event until the next frame starts.
   cmd: Cmd = Cmd.Other;
-  /** Number of arguments including the name (0 for an empty frame). */
+  /** Number of arguments including the name (0 for an empty frame); for inline commands, whitespace-separated words. */
   argc = 0;
   /** True for an inline (telnet-style) command; its arguments are never captured. */
   inline = false;
@@ -127,7 +144,10 @@ export class RequestScanner {
   private captured = 0;
   private crlfLeft = 0;
   private inlineLength = 0;
-  private inlineToken = 0; // 0: before the first token, 1: inside it, 2: after it
+  /** Inside an inline argument (between its first byte and the next whitespace). */
+  private inToken = false;
+  /** A NUL was seen on this inline line: Redis reads no further. */
+  private inlineCut = false;
 
   /** True when the scanner is between frames. */
   get atFrameBoundary(): boolean {
@@ -207,7 +227,7 @@ export class RequestScanner {
         case State.BulkLf: {
           pos++;
           const length = this.line.result();
-          if (length === undefined || length < 0) return this.fail(pos, 'invalid bulk length');
+          if (length === undefined || length < 0 || length > Number.MAX_SAFE_INTEGER) return this.fail(pos, 'invalid bulk length');
           this.startBody(length);
           if (this.event !== 0) return pos;
           break;
@@ -270,7 +290,8 @@ export class RequestScanner {
     this.headArgs = 1;
     this.headReported = false;
     this.inlineLength = 0;
-    this.inlineToken = 0;
+    this.inToken = false;
+    this.inlineCut = false;
   }
 
   /** Sets up reading one argument body of `length` bytes, and reports HEAD early when the head is known. */
@@ -322,31 +343,36 @@ export class RequestScanner {
     return pos;
   }
 
-  /** Tracks the first whitespace-separated token of an inline command (its name). */
+  /**
+   * Counts the arguments of an inline command and keeps the first (its name),
+   * splitting as Redis's sdssplitargs does: whitespace (isspace) is skipped
+   * between arguments, an argument ends at space, tab, CR, LF or NUL, and
+   * nothing after a NUL is read at all (it works on C strings).
+   */
   private readInlineHead(buf: Buffer, from: number, to: number): void {
-    for (let i = from; i < to; i++) {
+    for (let i = from; i < to && !this.inlineCut; i++) {
       const byte = buf[i];
       if (byte === 0x22 || byte === 0x27) this.inlineQuoted = true; // " or '
-      if (this.inlineToken === 2) continue;
-      const space = byte === 0x20 || byte === 0x09 || byte === 0x0d || byte === 0x0b || byte === 0x0c;
-      if (space) {
-        if (this.inlineToken === 1) this.inlineToken = 2;
+      if (byte === 0x00) {
+        this.inlineCut = true;
+      } else if (this.inToken ? isArgumentEnd(byte) : isSpace(byte)) {
+        this.inToken = false;
       } else {
-        this.inlineToken = 1;
-        if (this.nameLength < MAX_CLASSIFIED_NAME) this.name[this.nameLength] = byte;
-        this.nameLength++;
+        if (!this.inToken) {
+          this.inToken = true;
+          this.argc++;
+        }
+        if (this.argc === 1) {
+          if (this.nameLength < MAX_CLASSIFIED_NAME) this.name[this.nameLength] = byte;
+          this.nameLength++;
+        }
       }
     }
   }
 
   private finishInline(pos: number): number {
-    if (this.nameLength === 0) {
-      this.cmd = Cmd.Empty; // a blank line: Redis ignores it and sends nothing
-      this.argc = 0;
-    } else {
-      this.cmd = classifyCommand(this.name, 0, this.nameLength);
-      this.argc = 1; // the argument count of an inline command is never needed
-    }
+    // A blank line is ignored by Redis: nothing runs, no reply.
+    this.cmd = this.argc === 0 ? Cmd.Empty : classifyCommand(this.name, 0, this.nameLength);
     return this.finishFrame(pos, HEAD | END);
   }
 

@@ -1,0 +1,359 @@
+/**
+ * The built command line, `node dist/cli.js`, as an operator runs it: help and
+ * version, startup logging, configuration from flags and environment, a lock
+ * attempt through it, clean shutdown on SIGTERM, and the exit status and
+ * message of every startup failure.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { cmd, RawClient } from '../support/resp.js';
+import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const CLI = path.join(ROOT, 'dist', 'cli.js');
+const VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+const DEFAULT_RULE_FILE = path.join(ROOT, 'rules', 'stalwart.yaml');
+
+let redis: RedisServer;
+let tmp: string;
+
+beforeAll(async () => {
+  if (!existsSync(CLI)) {
+    // `npm test` builds dist/ first; a bare `vitest run` may not have.
+    const npx = process.platform === 'win32' ? 'npx.cmd' : 'npx';
+    await promisify(execFile)(npx, ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT });
+  }
+  redis = await startRedis();
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'rlp-cli-'));
+}, 120_000);
+
+afterAll(async () => {
+  await redis?.stop();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+// ---------------------------------------------------------------------------
+// Running the CLI
+// ---------------------------------------------------------------------------
+
+/** The test process's environment without any REDIS_LOCK_PROXY_* setting, plus `extra`. */
+function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (!name.startsWith('REDIS_LOCK_PROXY_')) env[name] = value;
+  }
+  return { ...env, ...extra };
+}
+
+interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+class Cli {
+  stdout = '';
+  stderr = '';
+  readonly exited: Promise<Exit>;
+  private readonly child: ChildProcess;
+  private wake: (() => void) | undefined;
+
+  constructor(args: string[], env: NodeJS.ProcessEnv) {
+    this.child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child.stdout?.on('data', (chunk: Buffer) => {
+      this.stdout += chunk.toString('utf8');
+      this.wake?.();
+    });
+    this.child.stderr?.on('data', (chunk: Buffer) => {
+      this.stderr += chunk.toString('utf8');
+      this.wake?.();
+    });
+    this.exited = new Promise((resolve) => {
+      this.child.once('close', (code, signal) => {
+        this.wake?.();
+        resolve({ code, signal, stdout: this.stdout, stderr: this.stderr });
+      });
+    });
+  }
+
+  /** The JSON log lines printed on stdout so far. */
+  logLines(): Array<Record<string, unknown>> {
+    return this.stdout
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+  }
+
+  /** Waits for a log line with message `msg`; fails if the process exits or time runs out first. */
+  async waitForLog(msg: string, timeoutMs = 10_000): Promise<Record<string, unknown>> {
+    const deadline = Date.now() + timeoutMs;
+    let exited = false;
+    void this.exited.then(() => (exited = true));
+    for (;;) {
+      const line = this.logLines().find((l) => l.msg === msg);
+      if (line) return line;
+      if (exited || Date.now() > deadline) {
+        throw new Error(`no "${msg}" log line (exited: ${exited}). stdout:\n${this.stdout}\nstderr:\n${this.stderr}`);
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 50);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+  }
+
+  kill(signal: NodeJS.Signals): void {
+    this.child.kill(signal);
+  }
+
+  /** Makes sure the process is gone (for finally blocks). */
+  async stop(): Promise<void> {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
+    await this.exited;
+  }
+}
+
+/** Runs the CLI to completion. */
+async function runCli(args: string[], env: Record<string, string> = {}, timeoutMs = 10_000): Promise<Exit> {
+  const cli = new Cli(args, cleanEnv(env));
+  const timer = setTimeout(() => cli.kill('SIGKILL'), timeoutMs);
+  const exit = await cli.exited;
+  clearTimeout(timer);
+  return exit;
+}
+
+async function exchange(port: number, bytes: Buffer, replies: number): Promise<string> {
+  const client = await RawClient.connect(port);
+  try {
+    client.write(bytes);
+    return (await client.readReplies(replies)).toString('latin1');
+  } finally {
+    await client.close();
+  }
+}
+
+function writeTmp(name: string, text: string): string {
+  const file = path.join(tmp, name);
+  writeFileSync(file, text);
+  return file;
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+describe('help and version', () => {
+  it('--help prints the usage on stdout and exits 0', async () => {
+    for (const flag of ['--help', '-h']) {
+      const exit = await runCli([flag]);
+      expect(exit.code).toBe(0);
+      expect(exit.stderr).toBe('');
+      expect(exit.stdout).toMatch(/^Usage: redis-lock-proxy \[options\]/);
+      for (const option of ['--listen', '--upstream', '--rules', '--hold-ms', '--connect-timeout-ms', '--log-level', 'REDIS_LOCK_PROXY_UPSTREAM']) {
+        expect(exit.stdout).toContain(option);
+      }
+    }
+  });
+
+  it('--version prints package.json’s version and exits 0', async () => {
+    for (const flag of ['--version', '-v']) {
+      const exit = await runCli([flag]);
+      expect(exit.code).toBe(0);
+      expect(exit.stdout).toBe(`${VERSION}\n`);
+      expect(exit.stderr).toBe('');
+    }
+  });
+});
+
+describe('running', () => {
+  it('logs where it listens and which rules it loaded, proxies a Stalwart lock attempt, and exits 0 on SIGTERM', async () => {
+    const port = await freePort();
+    const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', redis.url], cleanEnv());
+    try {
+      const ready = await cli.waitForLog('redis-lock-proxy listening');
+      expect(ready).toMatchObject({
+        name: 'redis-lock-proxy',
+        level: 30,
+        listen: `127.0.0.1:${port}`,
+        upstream: redis.url,
+        ruleFiles: [DEFAULT_RULE_FILE],
+        rules: ['stalwart-task-lock (enforce)', 'stalwart-queue-lock (enforce)'],
+        enforce: 2,
+        observe: 0,
+        version: VERSION,
+      });
+
+      const task = taskLockKey(0x0a0d2an);
+      expect(await exchange(port, lockAttempt(task, 3600), 4)).toBe(attemptReplies(1, 1));
+      expect(await exchange(port, lockAttempt(task, 3600), 4)).toBe(attemptReplies(2, 0));
+      const queue = queueLockKey(3n, 'remote');
+      expect(await exchange(port, Buffer.concat([cmd('PING'), lockAttempt(queue, 600)]), 5)).toBe('+PONG\r\n' + attemptReplies(1, 1));
+
+      // An open connection does not keep it from stopping.
+      const idle = await RawClient.connect(port);
+      idle.write(cmd('PING'));
+      expect((await idle.readReplies(1)).toString()).toBe('+PONG\r\n');
+      cli.kill('SIGTERM');
+      const exit = await cli.exited;
+      expect(exit.code).toBe(0);
+      expect(cli.logLines().find((l) => l.msg === 'shutting down')).toMatchObject({ signal: 'SIGTERM' });
+      await expect(idle.readUntilClosed(2000)).resolves.toBeDefined();
+      await expect(RawClient.connect(port)).rejects.toThrow(/ECONNREFUSED/);
+    } finally {
+      await cli.stop();
+    }
+  });
+
+  it('is configured the same way by REDIS_LOCK_PROXY_* environment variables', async () => {
+    const port = await freePort();
+    const rules = writeTmp('env-rules.yaml', 'rules:\n  - name: env-lock\n    prefix: "lock:"\n  - name: env-watch\n    prefix: "watch:"\n    mode: observe\n');
+    const cli = new Cli(
+      [],
+      cleanEnv({
+        REDIS_LOCK_PROXY_LISTEN: `127.0.0.1:${port}`,
+        REDIS_LOCK_PROXY_UPSTREAM: `${redis.url}/5`,
+        REDIS_LOCK_PROXY_RULES: `${rules},${DEFAULT_RULE_FILE}`,
+        REDIS_LOCK_PROXY_HOLD_MS: '20',
+        REDIS_LOCK_PROXY_LOG_LEVEL: 'debug',
+      }),
+    );
+    try {
+      const ready = await cli.waitForLog('redis-lock-proxy listening');
+      expect(ready).toMatchObject({
+        listen: `127.0.0.1:${port}`,
+        upstream: `${redis.url}/5`,
+        ruleFiles: [rules, DEFAULT_RULE_FILE],
+        rules: ['env-lock (enforce)', 'env-watch (observe)', 'stalwart-task-lock (enforce)', 'stalwart-queue-lock (enforce)'],
+        enforce: 3,
+        observe: 1,
+      });
+      const block = lockAttempt('lock:env', 60);
+      expect(await exchange(port, Buffer.concat([block, block]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+      // db 5 from the URL, and debug logging from the environment.
+      expect(await exchange(redis.port, Buffer.concat([cmd('SELECT', '5'), cmd('GET', 'lock:env')]), 2)).toBe('+OK\r\n$1\r\n2\r\n');
+      expect(cli.logLines().some((l) => l.level === 20 && l.msg === 'client connected')).toBe(true);
+      cli.kill('SIGINT');
+      expect((await cli.exited).code).toBe(0);
+    } finally {
+      await cli.stop();
+    }
+  });
+
+  it('flags win over environment variables', async () => {
+    const port = await freePort();
+    const cli = new Cli(
+      ['--listen', `127.0.0.1:${port}`, '--upstream', redis.url],
+      cleanEnv({ REDIS_LOCK_PROXY_LISTEN: '127.0.0.1:1', REDIS_LOCK_PROXY_UPSTREAM: 'redis://127.0.0.1:1' }),
+    );
+    try {
+      expect(await cli.waitForLog('redis-lock-proxy listening')).toMatchObject({ listen: `127.0.0.1:${port}`, upstream: redis.url });
+      expect(await exchange(port, cmd('PING'), 1)).toBe('+PONG\r\n');
+    } finally {
+      cli.kill('SIGTERM');
+      await cli.stop();
+    }
+  });
+
+  it('starts with an unreachable upstream and tells each client why it cannot be served', async () => {
+    const port = await freePort();
+    const deadPort = await freePort();
+    const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', `redis://:pw@127.0.0.1:${deadPort}`], cleanEnv());
+    try {
+      await cli.waitForLog('redis-lock-proxy listening');
+      const client = await RawClient.connect(port);
+      client.write(cmd('PING'));
+      const got = (await client.readUntilClosed()).toString('latin1');
+      expect(got).toMatch(new RegExp(`^-ERR redis-lock-proxy: upstream redis://:\\*\\*\\*@127\\.0\\.0\\.1:${deadPort} is unreachable: .*ECONNREFUSED.*\\r\\n$`));
+      const warning = await cli.waitForLog('upstream unreachable');
+      expect(warning).toMatchObject({ level: 40, upstream: `redis://:***@127.0.0.1:${deadPort}` });
+      expect(cli.stdout).not.toContain(':pw@');
+    } finally {
+      cli.kill('SIGTERM');
+      await cli.stop();
+    }
+  });
+});
+
+describe('startup failures', () => {
+  it('a rule file with an invalid rule: exit 2, naming the file, the rule and the field', async () => {
+    const file = writeTmp('bad-rule.yaml', 'rules:\n  - name: good\n    prefix: "a:"\n  - name: unquoted-hex\n    prefix_hex: 17\n');
+    const exit = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url, '--rules', file]);
+    expect(exit.code).toBe(2);
+    expect(exit.stdout).toBe('');
+    expect(exit.stderr).toContain(`redis-lock-proxy: ${file}: rule 2 ("unquoted-hex"): field "prefix_hex": `);
+    expect(exit.stderr).toContain('prefix_hex: "17"'); // the hint
+  });
+
+  it('a rule file that is not valid YAML: exit 2, naming the file', async () => {
+    const file = writeTmp('bad-yaml.yaml', 'rules:\n  - name: x\n    prefix: "unterminated\n  - [\n');
+    const exit = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url, '--rules', file]);
+    expect(exit.code).toBe(2);
+    expect(exit.stderr).toMatch(new RegExp(`^redis-lock-proxy: ${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: invalid YAML`));
+  });
+
+  it('a rule path that does not exist (from the environment): exit 2', async () => {
+    const missing = path.join(tmp, 'nope.yaml');
+    const exit = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url], { REDIS_LOCK_PROXY_RULES: missing });
+    expect(exit.code).toBe(2);
+    expect(exit.stderr).toBe(`redis-lock-proxy: ${missing}: does not exist\n`);
+  });
+
+  it('a bad upstream URL: exit 2 with a clear message', async () => {
+    const tls = await runCli(['--upstream', 'rediss://cache:6380']);
+    expect(tls.code).toBe(2);
+    expect(tls.stderr).toBe('redis-lock-proxy: upstream URL rediss://cache:6380: TLS upstreams (rediss://) are not supported by this version\n');
+
+    const garbage = await runCli(['--upstream', 'cache:6379x']);
+    expect(garbage.code).toBe(2);
+    expect(garbage.stderr).toMatch(/^redis-lock-proxy: upstream URL "cache:6379x" is not a valid URL|^redis-lock-proxy: upstream URL cache:6379x: unsupported scheme/);
+
+    const noPassword = await runCli([], { REDIS_LOCK_PROXY_UPSTREAM: 'redis://alice@cache' });
+    expect(noPassword.code).toBe(2);
+    expect(noPassword.stderr).toContain('needs a password');
+  });
+
+  // BUG (pinned): see test/config.test.ts — a stray "%" in the password is a URIError, so the
+  // CLI exits 1 with just "URI malformed".
+  it('a malformed percent-encoding in the upstream password: exit 2, saying which setting is wrong', async () => {
+    const exit = await runCli(['--upstream', 'redis://:100%@cache']);
+    expect(exit.stderr).toContain('upstream URL');
+    expect(exit.code).toBe(2);
+  });
+
+  it('bad flags: exit 2, pointing at --help', async () => {
+    const unknown = await runCli(['--upsteam', 'redis://h']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/^redis-lock-proxy: .*--upsteam.*\(see --help\)\n$/);
+    const hold = await runCli(['--hold-ms', 'soon']);
+    expect(hold.code).toBe(2);
+    expect(hold.stderr).toBe('redis-lock-proxy: hold-ms must be an integer from 1 to 60000, got "soon"\n');
+    const listen = await runCli(['--listen', 'localhost']);
+    expect(listen.code).toBe(2);
+    expect(listen.stderr).toContain('HOST:PORT');
+  });
+
+  it('a listen address in use: exits non-zero, naming the address', async () => {
+    const blocker = net.createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const { port } = blocker.address() as net.AddressInfo;
+    try {
+      const exit = await runCli(['--listen', `127.0.0.1:${port}`, '--upstream', redis.url]);
+      expect(exit.code).not.toBe(0);
+      expect(exit.code).not.toBeNull(); // exited by itself, not killed by the timeout
+      expect(exit.stderr).toContain('EADDRINUSE');
+      expect(exit.stderr).toContain(`127.0.0.1:${port}`);
+    } finally {
+      await new Promise((resolve) => blocker.close(resolve));
+    }
+  });
+});
