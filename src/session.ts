@@ -367,7 +367,7 @@ export class Session {
   private forwardFrame(): void {
     const scanner = this.scanner;
     if (scanner.cmd === Cmd.Empty) return;
-    if (scanner.inlineQuoted) {
+    if (scanner.inlineOpaque) {
       this.enterPipe(); // the proxy does not interpret inline quoting
       return;
     }
@@ -401,7 +401,8 @@ export class Session {
         this.enterPipe();
         return;
       case Cmd.Client:
-        if (argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY)) {
+        // Inline arguments are not captured: any inline CLIENT could be CLIENT REPLY.
+        if (scanner.inline || (argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY))) {
           this.enterPipe();
           return;
         }

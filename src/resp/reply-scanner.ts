@@ -48,6 +48,8 @@ export class ReplyScanner {
   private number = 0;
   private negative = false;
   private bodyLeft = 0;
+  /** True until the top-level value's type byte (not an attribute's) has been read. */
+  private topLevelTypePending = false;
 
   /** True when the scanner is between top-level frames. */
   get atFrameBoundary(): boolean {
@@ -72,7 +74,13 @@ export class ReplyScanner {
           if (this.need === 0) {
             this.need = 1;
             this.frameStart = pos;
+            this.isPush = false;
+            this.topLevelTypePending = true;
+          }
+          if (this.topLevelTypePending && this.need === 1 && buf[pos] !== 0x7c /* | */) {
+            // The frame's own type, after any attributes in front of it.
             this.isPush = buf[pos] === 0x3e; /* > */
+            this.topLevelTypePending = false;
           }
           const ok = this.readType(buf[pos++]);
           if (!ok) return pos - 1;

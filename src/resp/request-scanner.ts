@@ -116,8 +116,12 @@ export class RequestScanner {
   argc = 0;
   /** True for an inline (telnet-style) command; its arguments are never captured. */
   inline = false;
-  /** True for an inline command whose quoting the proxy does not interpret. */
-  inlineQuoted = false;
+  /**
+   * True for an inline command the proxy does not interpret: one with quotes
+   * (Redis unquotes and unescapes them), or with a NUL byte (Redis's C-string
+   * line search does not see past it, so it may not even end the line there).
+   */
+  inlineOpaque = false;
   /** True when a captured argument was longer than its capture buffer. */
   oversize = false;
   /** Argument 1 (usually the key), valid for `key.subarray(0, keyLength)`. */
@@ -282,7 +286,7 @@ export class RequestScanner {
     this.cmd = Cmd.Other;
     this.argc = 0;
     this.inline = false;
-    this.inlineQuoted = false;
+    this.inlineOpaque = false;
     this.oversize = false;
     this.keyLength = 0;
     this.valueLength = 0;
@@ -352,9 +356,10 @@ export class RequestScanner {
   private readInlineHead(buf: Buffer, from: number, to: number): void {
     for (let i = from; i < to && !this.inlineCut; i++) {
       const byte = buf[i];
-      if (byte === 0x22 || byte === 0x27) this.inlineQuoted = true; // " or '
+      if (byte === 0x22 || byte === 0x27) this.inlineOpaque = true; // " or '
       if (byte === 0x00) {
         this.inlineCut = true;
+        this.inlineOpaque = true;
       } else if (this.inToken ? isArgumentEnd(byte) : isSpace(byte)) {
         this.inToken = false;
       } else {
