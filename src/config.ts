@@ -5,7 +5,7 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { ConfigError, parseUpstreamUrl, type UpstreamTarget } from './upstream.js';
+import { ConfigError, parseUpstreamUrl, type UpstreamTarget } from './upstream/target.js';
 
 export interface ListenAddress {
   readonly host: string;

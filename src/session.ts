@@ -27,10 +27,10 @@ import { END, HEAD, MALFORMED, RequestScanner } from './resp/request-scanner.js'
 import { ReplyScanner } from './resp/reply-scanner.js';
 import { BlockMatcher, BlockStep } from './lock/block-matcher.js';
 import { encodeLockCall, translateScriptReply, type LockCall } from './lock/script.js';
-import type { RuleSet } from './rules/types.js';
+import type { Rule, RuleSet } from './rules/types.js';
 import { describeKey, type Logger } from './log.js';
 import type { Stats } from './stats.js';
-import { connectUpstream, setupCommands, type UpstreamTarget } from './upstream.js';
+import { connectUpstream, setupCommands, type UpstreamTarget } from './upstream/target.js';
 
 export interface ProxyContext {
   readonly upstream: UpstreamTarget;
@@ -239,6 +239,7 @@ export class Session {
   // -------------------------------------------------------- client to server
 
   private onClientData(chunk: Buffer): void {
+    this.ctx.stats.bytesFromClients += chunk.length;
     if (this.awaiting !== null) {
       this.stalled.push(chunk);
       return;
@@ -409,6 +410,7 @@ export class Session {
         break;
     }
     this.outstanding++;
+    this.ctx.stats.commandsForwarded++;
   }
 
   /** Stops interpreting this connection: from here on bytes pass untouched both ways. */
@@ -464,12 +466,12 @@ export class Session {
   /** A whole lock block is held. Returns true when its script was sent (the client side now waits). */
   private onBlockComplete(): boolean {
     this.stopHoldTimer();
-    const rule = this.matcher.rule;
+    const rule = this.matcher.rule as Rule; // set whenever a block completes
     const call = this.matcher.call();
-    this.ctx.stats.blocksSeen++;
-    if (rule === undefined || rule.mode === 'observe') {
-      this.ctx.stats.blocksObserved++;
-      this.log.info({ rule: rule?.name, key: describeKey(call.key) }, 'observe: lock block would be rewritten');
+    this.ctx.stats.blockSeen(rule.name);
+    if (rule.mode === 'observe') {
+      this.ctx.stats.blockObserved(rule.name);
+      this.log.info({ rule: rule.name, key: describeKey(call.key) }, 'observe: lock block would be rewritten');
       this.release('observe');
       return false;
     }
@@ -490,7 +492,7 @@ export class Session {
     const outcome = translateScriptReply(reply);
     switch (outcome.kind) {
       case 'replies':
-        this.ctx.stats.blocksRewritten++;
+        this.ctx.stats.blockRewritten(this.matcher.rule?.name ?? '');
         this.held = [];
         this.writeClient(outcome.bytes);
         break;
@@ -516,7 +518,7 @@ export class Session {
   /** The script could not run: the original block goes upstream as the client sent it. */
   private fallBack(message: string, call: LockCall): void {
     const reason = /^-(\S+)/.exec(message)?.[1] ?? 'ERR';
-    this.ctx.stats.countFallback(reason);
+    this.ctx.stats.blockFallback(this.matcher.rule?.name ?? '', reason);
     if (!this.fallbackReasonsLogged.has(reason)) {
       this.fallbackReasonsLogged.add(reason);
       this.log.warn(
@@ -549,6 +551,7 @@ export class Session {
   // -------------------------------------------------------- server to client
 
   private onUpstreamData(chunk: Buffer): void {
+    this.ctx.stats.bytesFromUpstream += chunk.length;
     if (this.replyPipe) {
       this.writeClient(chunk);
       return;

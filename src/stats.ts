@@ -1,16 +1,44 @@
 /**
- * Process-wide counters. Incremented on the hot path (plain integer
- * increments only); read by logs and the admin endpoints.
+ * Process-wide counters. The hot path only increments plain numbers here;
+ * the admin server reads them when /metrics is scraped (src/admin/metrics.ts),
+ * so no metrics library work happens per frame.
  */
+
+/** What happened to lock blocks matched by one rule. */
+export class RuleCounters {
+  /** Blocks that matched the rule, whatever happened to them next. */
+  seen = 0;
+  /** Blocks answered by the script. */
+  rewritten = 0;
+  /** Blocks forwarded unchanged because the rule (or the whole proxy) is in observe mode. */
+  observed = 0;
+  /** Blocks whose script could not run and were sent unchanged, by error prefix (NOPERM, BUSY, ...). */
+  readonly fallbacks = new Map<string, number>();
+}
+
+/** Upper bounds (seconds) of the upstream connect latency buckets. */
+export const CONNECT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5] as const;
+
 export class Stats {
   connectionsOpen = 0;
   connectionsTotal = 0;
+  /** Connections refused at accept time because of --max-connections. */
+  connectionsRejected = 0;
+  /** Frames (commands) forwarded upstream as the client sent them. */
+  commandsForwarded = 0;
+  /** Bytes read from clients and from the upstream. */
+  bytesFromClients = 0;
+  bytesFromUpstream = 0;
   upstreamConnectFailures = 0;
+  /** Upstream connect latency: count per bucket of CONNECT_BUCKETS (not cumulative), sum and count. */
+  readonly connectBuckets = new Array<number>(CONNECT_BUCKETS.length + 1).fill(0);
+  connectSecondsSum = 0;
+  connectCount = 0;
   /** Lock blocks that matched a rule, whatever happened to them next. */
   blocksSeen = 0;
   /** Blocks answered by the script. */
   blocksRewritten = 0;
-  /** Blocks that matched a rule in observe mode and were forwarded unchanged. */
+  /** Blocks forwarded unchanged in observe mode. */
   blocksObserved = 0;
   /** Blocks whose script could not run, sent unchanged instead, by error prefix (NOPERM, BUSY, ...). */
   readonly fallbacks = new Map<string, number>();
@@ -18,12 +46,54 @@ export class Stats {
   readonly releases = new Map<string, number>();
   /** Times the script was missing from the script cache and was sent in full. */
   scriptReloads = 0;
+  /** Per-rule block counts, by rule name. */
+  readonly byRule = new Map<string, RuleCounters>();
+  /** Rule reloads that succeeded and that were refused. */
+  ruleReloads = 0;
+  ruleReloadFailures = 0;
 
-  countFallback(reason: string): void {
-    this.fallbacks.set(reason, (this.fallbacks.get(reason) ?? 0) + 1);
+  rule(name: string): RuleCounters {
+    let counters = this.byRule.get(name);
+    if (counters === undefined) {
+      counters = new RuleCounters();
+      this.byRule.set(name, counters);
+    }
+    return counters;
+  }
+
+  blockSeen(rule: string): void {
+    this.blocksSeen++;
+    this.rule(rule).seen++;
+  }
+
+  blockRewritten(rule: string): void {
+    this.blocksRewritten++;
+    this.rule(rule).rewritten++;
+  }
+
+  blockObserved(rule: string): void {
+    this.blocksObserved++;
+    this.rule(rule).observed++;
+  }
+
+  blockFallback(rule: string, reason: string): void {
+    increment(this.fallbacks, reason);
+    increment(this.rule(rule).fallbacks, reason);
   }
 
   countRelease(reason: string): void {
-    this.releases.set(reason, (this.releases.get(reason) ?? 0) + 1);
+    increment(this.releases, reason);
   }
+
+  upstreamConnected(seconds: number): void {
+    let bucket = 0;
+    while (bucket < CONNECT_BUCKETS.length && seconds > CONNECT_BUCKETS[bucket]) bucket++;
+    this.connectBuckets[bucket]++;
+    this.connectSecondsSum += seconds;
+    this.connectCount++;
+  }
+}
+
+function increment(map: Map<string, number>, key: string): void {
+  map.set(key, (map.get(key) ?? 0) + 1);
 }

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_RULES_DIR, DEFAULTS, parseListen, resolveConfig, type Config } from '../src/config.js';
-import { ConfigError, parseUpstreamUrl, setupCommands } from '../src/upstream.js';
+import { ConfigError, parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
 
 /** resolveConfig, expecting a runnable configuration. */
 function run(argv: string[], env: NodeJS.ProcessEnv = {}): Config {

@@ -10,7 +10,7 @@ import { pino } from 'pino';
 import { loadRules } from '../../src/rules/loader.js';
 import { startProxy, type ProxyServer } from '../../src/server.js';
 import { Stats } from '../../src/stats.js';
-import { parseUpstreamUrl } from '../../src/upstream.js';
+import { parseUpstreamUrl } from '../../src/upstream/target.js';
 
 export const STALWART_RULES = path.resolve(import.meta.dirname, '../../rules/stalwart.yaml');
 

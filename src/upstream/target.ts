@@ -11,10 +11,9 @@
  * configured.
  */
 import net from 'node:net';
+import { ConfigError } from '../errors.js';
 
-export class ConfigError extends Error {
-  readonly code = 'ECONFIG';
-}
+export { ConfigError };
 
 export interface UpstreamTarget {
   /** The URL with its password masked, for logs and error replies. */
