@@ -1,65 +1,173 @@
 #!/usr/bin/env node
 /**
- * Entry point: `redis-lock-proxy --listen HOST:PORT --upstream URL [--rules PATH]...`
+ * Entry point.
+ *
+ *   redis-lock-proxy [options]            run the proxy
+ *   redis-lock-proxy verify --via ADDR    prove the fix through a running proxy
+ *   redis-lock-proxy locks --upstream URL list (and release) lock keys
+ *
+ * Signals: SIGTERM/SIGINT shut down gracefully (a second one exits at once),
+ * SIGHUP reloads the rules.
  */
 import { readFileSync } from 'node:fs';
+import { createMetricsRegistry } from './admin/metrics.js';
+import { startAdminServer } from './admin/server.js';
 import { resolveConfig, USAGE, type Config } from './config.js';
-import { createLogger } from './log.js';
-import { loadRules } from './rules/loader.js';
-import { startProxy } from './server.js';
+import { createLogger, type Logger } from './log.js';
+import { RuleStore } from './rules/store.js';
+import { startProxy, type ProxyServer } from './server.js';
 import { Stats } from './stats.js';
+import { UpstreamConnector } from './upstream/connect.js';
+import { probeUpstream } from './upstream/probe.js';
+import { SentinelMonitor } from './upstream/sentinel.js';
 
 function packageVersion(): string {
   const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
   return pkg.version;
 }
 
+/** Readiness is probed at most this often; scrapers may poll /readyz quickly. */
+const READY_CACHE_MS = 1000;
+
+async function startSentinel(config: Config, log: Logger): Promise<SentinelMonitor | null> {
+  if (config.sentinel === null) return null;
+  return SentinelMonitor.start({
+    sentinels: [...config.sentinel.sentinels],
+    masterName: config.sentinel.masterName,
+    username: config.sentinel.username,
+    password: config.sentinel.password,
+    log,
+  });
+}
+
 async function run(config: Config): Promise<void> {
   const log = createLogger(config.logLevel);
-  const rules = loadRules([...config.rulePaths]);
-  const byMode = { enforce: 0, observe: 0 };
-  for (const rule of rules.rules) byMode[rule.mode]++;
   const stats = new Stats();
-  const server = await startProxy(config.listen, {
-    upstream: config.upstream,
-    rules: () => rules,
-    holdMs: config.holdMs,
-    connectTimeoutMs: config.connectTimeoutMs,
-    log,
-    stats,
+  const rules = new RuleStore(config.rulePaths, log, stats);
+  if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
+  const sentinel = await startSentinel(config, log);
+  const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, sentinel);
+
+  const server = await startProxy(
+    { listen: config.listen, tls: config.listenerTls, maxConnections: config.maxConnections },
+    {
+      upstream,
+      rules: () => rules.current,
+      mode: config.mode,
+      holdMs: config.holdMs,
+      connectTimeoutMs: config.connectTimeoutMs,
+      maxFrameBytes: config.maxFrameBytes,
+      idleTimeoutMs: config.idleTimeoutMs,
+      log,
+      stats,
+    },
+  );
+
+  sentinel?.on('switch', (from, to) => {
+    const closed = server.closeSessionsTo(`${from.host}:${from.port}`);
+    log.warn({ from: `${from.host}:${from.port}`, to: `${to.host}:${to.port}`, closed }, 'master changed; closed the connections to the old master');
   });
+
+  let lastProbe = { at: 0, result: { ok: false, detail: 'not probed yet' } };
+  const ready = async (): Promise<{ ok: boolean; detail: string }> => {
+    if (rules.current.rules.length === 0) return { ok: false, detail: 'no rules loaded' };
+    if (Date.now() - lastProbe.at > READY_CACHE_MS) {
+      lastProbe = { at: Date.now(), result: await probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)) };
+    }
+    return lastProbe.result;
+  };
+  const admin =
+    config.adminListen === null
+      ? null
+      : await startAdminServer(config.adminListen, {
+          registry: createMetricsRegistry(stats, { rulesLoaded: () => rules.current.rules.length, ruleFiles: () => rules.current.files }),
+          ready,
+          log,
+        });
+
+  const byMode = { enforce: 0, observe: 0 };
+  for (const rule of rules.current.rules) byMode[config.mode === 'observe' ? 'observe' : rule.mode]++;
   log.info(
     {
       listen: `${server.address.host}:${server.address.port}`,
-      upstream: config.upstream.display,
-      ruleFiles: rules.files,
-      rules: rules.rules.map((r) => `${r.name} (${r.mode})`),
+      tls: config.listenerTls !== null,
+      upstream: upstream.describe(),
+      admin: admin === null ? 'off' : `${admin.address.host}:${admin.address.port}`,
+      mode: config.mode,
+      ruleFiles: rules.current.files,
+      rules: rules.current.rules.map((r) => `${r.name} (${config.mode === 'observe' ? 'observe' : r.mode})`),
       enforce: byMode.enforce,
       observe: byMode.observe,
       version: packageVersion(),
     },
     'redis-lock-proxy listening',
   );
-  const stop = (signal: string): void => {
-    log.info({ signal }, 'shutting down');
-    void server.close().then(() => process.exit(0));
+
+  if (config.watchRules) rules.watch();
+  process.on('SIGHUP', () => rules.reload('SIGHUP'));
+  handleShutdownSignals(config, log, server, async () => {
+    rules.close();
+    await admin?.close();
+    await sentinel?.close();
+  });
+}
+
+function handleShutdownSignals(config: Config, log: Logger, server: ProxyServer, cleanup: () => Promise<void>): void {
+  let stopping = false;
+  const onSignal = (signal: string): void => {
+    if (stopping) {
+      log.warn({ signal }, 'second signal: exiting now');
+      process.exit(1);
+    }
+    stopping = true;
+    log.info({ signal, connections: server.sessionCount, timeoutMs: config.shutdownTimeoutMs }, 'shutting down: finishing in-flight requests');
+    void server
+      .shutdown(config.shutdownTimeoutMs)
+      .then(cleanup)
+      .then(() => {
+        log.info('shut down');
+        process.exit(0);
+      });
   };
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGINT', () => onSignal('SIGINT'));
+}
+
+interface Io {
+  stdout: (text: string) => void;
+  stderr: (text: string) => void;
+  env: NodeJS.ProcessEnv;
+}
+
+/** `verify` and `locks`: operator tools in their own modules, loaded only when used. */
+async function runSubcommand(name: 'verify' | 'locks', argv: string[]): Promise<number> {
+  const io: Io = { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env };
+  const module = name === 'verify' ? await import('./ops/verify.js') : await import('./ops/locks.js');
+  return module.run(argv, io);
 }
 
 async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
   try {
-    const request = resolveConfig(process.argv.slice(2), process.env);
-    if (request.kind === 'help') {
-      process.stdout.write(USAGE);
+    if (argv[0] === 'verify' || argv[0] === 'locks') {
+      process.exitCode = await runSubcommand(argv[0], argv.slice(1));
       return;
     }
-    if (request.kind === 'version') {
-      process.stdout.write(`${packageVersion()}\n`);
-      return;
+    const request = resolveConfig(argv, process.env);
+    switch (request.kind) {
+      case 'help':
+        process.stdout.write(USAGE);
+        return;
+      case 'version':
+        process.stdout.write(`${packageVersion()}\n`);
+        return;
+      case 'print-config':
+        process.stdout.write(request.text);
+        return;
+      case 'run':
+        await run(request.config);
+        return;
     }
-    await run(request.config);
   } catch (err) {
     const error = err as NodeJS.ErrnoException;
     process.stderr.write(`redis-lock-proxy: ${error.message}\n`);

@@ -1,38 +1,121 @@
 /**
- * The listener: accepts client connections and gives each its own Session
- * (and so its own upstream connection).
+ * The listener: accepts client connections (plain TCP or TLS) and gives each
+ * its own Session, and so its own upstream connection. It also owns what
+ * concerns all sessions at once: the connection limit, closing the sessions
+ * of a master that is no longer one, and a graceful shutdown.
  */
 import net from 'node:net';
-import type { ListenAddress } from './config.js';
+import tls from 'node:tls';
+import type { ListenAddress, ListenerTls } from './config.js';
 import { Session, type ProxyContext } from './session.js';
+
+export interface ProxyServerOptions {
+  readonly listen: ListenAddress;
+  /** Serve clients over TLS. */
+  readonly tls?: ListenerTls | null;
+  /** Client connections at once; more are refused with Redis's own error. */
+  readonly maxConnections?: number;
+}
 
 export interface ProxyServer {
   /** The address actually bound (useful with port 0). */
   readonly address: ListenAddress;
-  /** Stops accepting and closes every open connection. */
+  /** Open sessions. */
+  readonly sessionCount: number;
+  /** Closes every session whose upstream is `address` (a master that was failed over). Returns how many. */
+  closeSessionsTo(address: string): number;
+  /**
+   * Stops accepting, lets every session finish what is in flight, and closes
+   * them; sessions still busy after `timeoutMs` are closed anyway. Resolves
+   * when all are closed.
+   */
+  shutdown(timeoutMs: number): Promise<void>;
+  /** Stops accepting and closes every connection at once. */
   close(): Promise<void>;
 }
 
-export function startProxy(listen: ListenAddress, ctx: ProxyContext): Promise<ProxyServer> {
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer({ allowHalfOpen: true, noDelay: true, keepAlive: true }, (client) => {
-    sockets.add(client);
-    client.on('close', () => sockets.delete(client));
-    new Session(client, ctx);
-  });
+/** What Redis answers a connection over its maxclients limit. */
+const MAX_CLIENTS_ERROR = '-ERR max number of clients reached\r\n';
+
+export function startProxy(options: ProxyServerOptions, ctx: ProxyContext): Promise<ProxyServer> {
+  const sessions = new Set<Session>();
+  const maxConnections = options.maxConnections ?? Number.MAX_SAFE_INTEGER;
+  let allClosed: (() => void) | null = null;
+
+  const accept = (client: net.Socket): void => {
+    if (sessions.size >= maxConnections) {
+      ctx.stats.connectionsRejected++;
+      client.on('error', () => {});
+      client.end(MAX_CLIENTS_ERROR);
+      return;
+    }
+    const session = new Session(client, ctx, (closed) => {
+      sessions.delete(closed);
+      if (sessions.size === 0) allClosed?.();
+    });
+    sessions.add(session);
+  };
+
+  const server = options.tls
+    ? tls.createServer(
+        {
+          cert: options.tls.cert,
+          key: options.tls.key,
+          ca: options.tls.clientCa,
+          requestCert: options.tls.clientCa !== undefined,
+          rejectUnauthorized: options.tls.clientCa !== undefined,
+          allowHalfOpen: true,
+        },
+        accept,
+      )
+    : net.createServer({ allowHalfOpen: true, noDelay: true, keepAlive: true }, accept);
+  if (options.tls) {
+    server.on('tlsClientError', (err: Error, socket: net.Socket) => {
+      ctx.log.warn({ err: err.message, client: socket.remoteAddress }, 'client TLS handshake failed');
+    });
+  }
+
+  const stopAccepting = (): Promise<void> => new Promise((resolve) => server.close(() => resolve()));
+
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(listen.port, listen.host, () => {
+    server.listen(options.listen.port, options.listen.host, () => {
       server.off('error', reject);
       server.on('error', (err) => ctx.log.error({ err: err.message }, 'listener error'));
       const bound = server.address() as net.AddressInfo;
       resolve({
         address: { host: bound.address, port: bound.port },
-        close: () =>
-          new Promise<void>((done) => {
-            server.close(() => done());
-            for (const socket of sockets) socket.destroy();
-          }),
+        get sessionCount() {
+          return sessions.size;
+        },
+        closeSessionsTo(address: string): number {
+          let closed = 0;
+          for (const session of sessions) {
+            if (session.upstreamAddress === address) {
+              session.destroy();
+              closed++;
+            }
+          }
+          return closed;
+        },
+        async shutdown(timeoutMs: number): Promise<void> {
+          const stopped = stopAccepting();
+          if (sessions.size > 0) {
+            const drained = new Promise<void>((done) => (allClosed = done));
+            for (const session of sessions) session.beginShutdown();
+            let timer: NodeJS.Timeout | undefined;
+            const deadline = new Promise<void>((done) => (timer = setTimeout(done, timeoutMs)));
+            await Promise.race([drained, deadline]);
+            clearTimeout(timer);
+            for (const session of sessions) session.destroy();
+          }
+          await stopped;
+        },
+        async close(): Promise<void> {
+          const stopped = stopAccepting();
+          for (const session of sessions) session.destroy();
+          await stopped;
+        },
       });
     });
   });

@@ -30,15 +30,22 @@ import { encodeLockCall, translateScriptReply, type LockCall } from './lock/scri
 import type { Rule, RuleSet } from './rules/types.js';
 import { describeKey, type Logger } from './log.js';
 import type { Stats } from './stats.js';
-import { connectUpstream, setupCommands, type UpstreamTarget } from './upstream/target.js';
+import type { UpstreamConnector } from './upstream/connect.js';
+import { setupCommands } from './upstream/target.js';
 
 export interface ProxyContext {
-  readonly upstream: UpstreamTarget;
+  readonly upstream: UpstreamConnector;
   /** The rules in force; read for every new block, so a reload applies to open connections. */
   rules(): RuleSet;
+  /** 'observe' makes every rule observe-only. */
+  readonly mode: 'enforce' | 'observe';
   /** How long a held MULTI waits for the rest of its block after the client's last byte. */
   readonly holdMs: number;
   readonly connectTimeoutMs: number;
+  /** Largest request accepted (sum of its argument sizes). */
+  readonly maxFrameBytes: number;
+  /** Close a client connection idle this long (0: never). */
+  readonly idleTimeoutMs: number;
   readonly log: Logger;
   readonly stats: Stats;
 }
@@ -63,12 +70,19 @@ export class Session {
   readonly id = nextSessionId++;
   private readonly log: Logger;
   private readonly upstream: net.Socket;
-  private readonly scanner = new RequestScanner();
+  /** The upstream address dialled (the master of the moment, with sentinel). */
+  readonly upstreamAddress: string;
+  private readonly scanner: RequestScanner;
   private readonly replies = new ReplyScanner();
   private readonly matcher = new BlockMatcher();
   private mode = Mode.Normal;
   private connected = false;
   private closed = false;
+  private connectStarted = 0;
+  /** Shutting down: close as soon as nothing is in flight. */
+  private draining = false;
+  /** A RESP error the proxy owes the client after Redis's last reply (e.g. a request over the size limit). */
+  private closingError: string | null = null;
 
   // Client to server.
   /** Bytes of the current frame received in earlier chunks whose head is not known yet. */
@@ -98,17 +112,28 @@ export class Session {
   constructor(
     private readonly client: net.Socket,
     private readonly ctx: ProxyContext,
+    /** Called once when both sockets are closed. */
+    private readonly onClosed: (session: Session) => void = () => {},
   ) {
     this.log = ctx.log.child({ conn: this.id, client: `${client.remoteAddress ?? 'local'}:${client.remotePort ?? ''}` });
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
-    this.log.debug('client connected');
+    this.scanner = new RequestScanner(ctx.maxFrameBytes);
     if (ctx.rules().rules.length === 0) this.mode = Mode.Pipe;
     this.replyPipe = this.mode === Mode.Pipe;
 
-    this.upstream = connectUpstream(ctx.upstream);
+    this.connectStarted = performance.now();
+    const { socket, readyEvent, address } = ctx.upstream.connect();
+    this.upstream = socket;
+    this.upstreamAddress = address;
+    this.log.debug({ upstream: address }, 'client connected');
     this.upstream.setTimeout(ctx.connectTimeoutMs);
+    this.upstream.on(readyEvent, () => this.onUpstreamConnect());
     this.startSetup();
+    if (ctx.idleTimeoutMs > 0) {
+      client.setTimeout(ctx.idleTimeoutMs);
+      client.on('timeout', () => this.onIdle());
+    }
 
     client.on('data', (chunk: Buffer) => this.onClientData(chunk));
     client.on('end', () => this.onClientEnd());
@@ -119,10 +144,9 @@ export class Session {
       this.updateFlow();
     });
 
-    this.upstream.on('connect', () => this.onUpstreamConnect());
     this.upstream.on('timeout', () => this.onUpstreamTimeout());
     this.upstream.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
-    this.upstream.on('end', () => this.client.end());
+    this.upstream.on('end', () => this.onUpstreamEnd());
     this.upstream.on('error', (err) => this.onUpstreamError(err));
     this.upstream.on('close', () => this.onClose());
     this.upstream.on('drain', () => {
@@ -135,7 +159,7 @@ export class Session {
 
   /** Sends AUTH/SELECT from the upstream URL, if any; client bytes wait for their replies. Returns true if sent. */
   private startSetup(): boolean {
-    const commands = setupCommands(this.ctx.upstream);
+    const commands = setupCommands(this.ctx.upstream.target);
     if (commands.length === 0) return false;
     this.awaiting = 'setup';
     this.replyPipe = false;
@@ -150,8 +174,8 @@ export class Session {
   private onSetupReply(reply: Buffer): void {
     if (reply[0] === 0x2d /* - */) {
       const message = reply.toString('latin1').trim().slice(1, 200);
-      this.log.error({ upstream: this.ctx.upstream.display, error: message }, 'upstream rejected the connection setup');
-      this.refuseClient(`upstream ${this.ctx.upstream.display} rejected the proxy's AUTH/SELECT: ${message}`);
+      this.log.error({ upstream: this.ctx.upstream.describe(), error: message }, 'upstream rejected the connection setup');
+      this.refuseClient(`upstream ${this.ctx.upstream.describe()} rejected the proxy's AUTH/SELECT: ${message}`);
       return;
     }
     if (this.captures.length === 0) this.liftBarrier();
@@ -160,6 +184,7 @@ export class Session {
   private onUpstreamConnect(): void {
     this.connected = true;
     this.upstream.setTimeout(0);
+    this.ctx.stats.upstreamConnected((performance.now() - this.connectStarted) / 1000);
   }
 
   private onUpstreamTimeout(): void {
@@ -170,12 +195,50 @@ export class Session {
   private onUpstreamError(err: Error): void {
     if (!this.connected) {
       this.ctx.stats.upstreamConnectFailures++;
-      this.log.warn({ upstream: this.ctx.upstream.display, err: err.message }, 'upstream unreachable');
-      this.refuseClient(`upstream ${this.ctx.upstream.display} is unreachable: ${err.message}`);
+      this.log.warn({ upstream: this.ctx.upstream.describe(), address: this.upstreamAddress, err: err.message }, 'upstream unreachable');
+      this.refuseClient(`upstream ${this.ctx.upstream.describe()} is unreachable: ${err.message}`);
       return;
     }
-    this.log.warn({ upstream: this.ctx.upstream.display, err: err.message }, 'upstream connection lost');
+    this.log.warn({ upstream: this.upstreamAddress, err: err.message }, 'upstream connection lost');
     this.client.destroy();
+  }
+
+  /** Redis closed its side: everything it sent has been passed on; then the client side closes. */
+  private onUpstreamEnd(): void {
+    if (this.closingError !== null) this.client.write(this.closingError);
+    this.client.end();
+  }
+
+  /** No bytes either way for --idle-timeout-ms: close, unless a reply is pending or the connection is subscribed. */
+  private onIdle(): void {
+    if (this.outstanding > 0 || this.awaiting !== null || this.mode === Mode.Pipe) return;
+    this.log.debug('closing idle connection');
+    this.client.destroy();
+    this.upstream.destroy();
+  }
+
+  /**
+   * Shutdown: the connection closes as soon as nothing is in flight (no
+   * reply pending, no block held or being rewritten). A plain pipe cannot be
+   * told apart from idle (pub/sub, MONITOR), so it closes at once.
+   */
+  beginShutdown(): void {
+    this.draining = true;
+    this.closeIfDrained();
+  }
+
+  private closeIfDrained(): void {
+    if (!this.draining || this.closed) return;
+    const busy = this.mode !== Mode.Pipe && (this.outstanding > 0 || this.awaiting !== null || this.mode === Mode.Holding || this.partial.length > 0);
+    if (busy) return;
+    this.client.end();
+    this.upstream.end();
+  }
+
+  /** Closes the connection at once (for example: its upstream is no longer the master). */
+  destroy(): void {
+    this.client.destroy();
+    this.upstream.destroy();
   }
 
   /** Tells the client why it cannot be served, as a RESP error, and closes its connection. */
@@ -208,6 +271,7 @@ export class Session {
     this.client.destroy();
     this.upstream.destroy();
     this.log.debug('connection closed');
+    this.onClosed(this);
   }
 
   // ------------------------------------------------------------ flow control
@@ -240,6 +304,7 @@ export class Session {
 
   private onClientData(chunk: Buffer): void {
     this.ctx.stats.bytesFromClients += chunk.length;
+    if (this.closingError !== null) return; // refused: nothing more from this client is forwarded
     if (this.awaiting !== null) {
       this.stalled.push(chunk);
       return;
@@ -264,6 +329,14 @@ export class Session {
       pos = scanner.next(chunk, pos);
       const event = scanner.event;
       if (event === 0) break;
+      if (event & MALFORMED && scanner.tooLarge) {
+        // Everything before this request goes to Redis; the request itself stops here.
+        const before = chunk.subarray(from, Math.max(scanner.frameStart, from));
+        if (this.mode === Mode.Holding) this.held.push(before);
+        else this.writeUpstream(before);
+        this.refuseOversizedRequest();
+        return;
+      }
       if (event & MALFORMED) {
         this.log.debug({ reason: scanner.malformedReason }, 'malformed request: passing it to Redis unread');
         this.flushPending('malformed');
@@ -413,6 +486,21 @@ export class Session {
     this.ctx.stats.commandsForwarded++;
   }
 
+  /**
+   * A request over --max-frame-bytes. Part of it may already be upstream, but
+   * Redis never runs an incomplete request: the upstream side is closed, Redis
+   * answers what came before, and the client then gets the error and the close,
+   * as Redis itself treats a request over its own limit.
+   */
+  private refuseOversizedRequest(): void {
+    this.log.warn({ maxFrameBytes: this.ctx.maxFrameBytes }, 'request larger than max-frame-bytes; closing the connection');
+    this.flushPending('too-large');
+    this.closingError = `-ERR Protocol error: request larger than ${this.ctx.maxFrameBytes} bytes (redis-lock-proxy max-frame-bytes)\r\n`;
+    this.stalled = [];
+    this.client.pause();
+    this.upstream.end();
+  }
+
   /** Stops interpreting this connection: from here on bytes pass untouched both ways. */
   private enterPipe(): void {
     this.mode = Mode.Pipe;
@@ -469,7 +557,7 @@ export class Session {
     const rule = this.matcher.rule as Rule; // set whenever a block completes
     const call = this.matcher.call();
     this.ctx.stats.blockSeen(rule.name);
-    if (rule.mode === 'observe') {
+    if (rule.mode === 'observe' || this.ctx.mode === 'observe') {
       this.ctx.stats.blockObserved(rule.name);
       this.log.info({ rule: rule.name, key: describeKey(call.key) }, 'observe: lock block would be rewritten');
       this.release('observe');
@@ -546,6 +634,7 @@ export class Session {
     if (this.mode === Mode.Pipe && this.captures.length === 0) this.replyPipe = true;
     if (this.awaiting === null && this.clientEnded) this.finishClientEnd();
     this.updateFlow();
+    if (this.draining) this.closeIfDrained();
   }
 
   // -------------------------------------------------------- server to client
@@ -559,6 +648,7 @@ export class Session {
     this.client.cork();
     this.processReplyChunk(chunk);
     this.client.uncork();
+    if (this.draining) this.closeIfDrained();
   }
 
   private processReplyChunk(chunk: Buffer): void {

@@ -3,7 +3,7 @@
  * addresses, upstream URLs, and the AUTH/SELECT the proxy sends upstream.
  */
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_RULES_DIR, DEFAULTS, parseListen, resolveConfig, type Config } from '../src/config.js';
+import { DEFAULT_RULES_DIR, OPTIONS, parseListen, resolveConfig, type Config } from '../src/config.js';
 import { ConfigError, parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
 
 /** resolveConfig, expecting a runnable configuration. */
@@ -30,15 +30,25 @@ describe('resolveConfig', () => {
     const config = run([]);
     expect(config).toEqual({
       listen: { host: '127.0.0.1', port: 6380 },
-      upstream: expect.objectContaining({ host: '127.0.0.1', port: 6379, db: 0 }),
+      upstream: expect.objectContaining({ host: '127.0.0.1', port: 6379, db: 0, tls: false }),
       rulePaths: [DEFAULT_RULES_DIR],
       holdMs: 10,
       connectTimeoutMs: 5000,
       logLevel: 'info',
+      mode: 'enforce',
+      adminListen: { host: '127.0.0.1', port: 9180 },
+      watchRules: false,
+      shutdownTimeoutMs: 10_000,
+      maxConnections: 10_000,
+      maxFrameBytes: 512 * 1024 * 1024,
+      idleTimeoutMs: 0,
+      upstreamTls: null,
+      listenerTls: null,
+      sentinel: null,
     });
     expect(config.upstream.password).toBeUndefined();
     expect(config.upstream.username).toBeUndefined();
-    expect(DEFAULTS.listen).toBe('127.0.0.1:6380');
+    expect(OPTIONS.listen.default).toBe('127.0.0.1:6380');
     expect(DEFAULT_RULES_DIR).toMatch(/[/\\]rules$/);
   });
 
@@ -165,7 +175,7 @@ describe('resolveConfig', () => {
   });
 
   it('refuses a bad upstream URL from the environment too', () => {
-    expect(configError(() => run([], { REDIS_LOCK_PROXY_UPSTREAM: 'rediss://h:6379' })).message).toContain('rediss://');
+    expect(configError(() => run([], { REDIS_LOCK_PROXY_UPSTREAM: 'http://h:6379' })).message).toContain('unsupported scheme');
   });
 });
 
@@ -204,6 +214,7 @@ describe('parseUpstreamUrl', () => {
       username: undefined,
       password: undefined,
       db: 0,
+      tls: false,
     });
     expect(parseUpstreamUrl('redis://cache.internal/')).toMatchObject({ host: 'cache.internal', port: 6379, db: 0 });
   });
@@ -259,6 +270,7 @@ describe('parseUpstreamUrl', () => {
       username: undefined,
       password: undefined,
       db: 0,
+      tls: false,
     });
     expect(parseUpstreamUrl('unix:///tmp/r.sock?db=4')).toMatchObject({ path: '/tmp/r.sock', db: 4 });
     expect(parseUpstreamUrl('redis+unix:///tmp/r.sock?db=2')).toMatchObject({ path: '/tmp/r.sock', db: 2 });
@@ -268,10 +280,10 @@ describe('parseUpstreamUrl', () => {
     expect(configError(() => parseUpstreamUrl('unix:///tmp/r.sock?db=')).message).toContain('database');
   });
 
-  it('refuses rediss:// with a clear message', () => {
-    const err = configError(() => parseUpstreamUrl('rediss://:pw@h:6380'));
-    expect(err.message).toMatch(/TLS .*rediss:\/\/.* not supported/);
-    expect(err.message).not.toContain('pw@');
+  it('reads rediss:// as TLS, with the password masked', () => {
+    const target = parseUpstreamUrl('rediss://:pw@h:6380/1');
+    expect(target).toMatchObject({ host: 'h', port: 6380, password: 'pw', db: 1, tls: true });
+    expect(target.display).toBe('rediss://:***@h:6380/1');
   });
 
   it('refuses garbage, other schemes, and a missing host', () => {
@@ -352,5 +364,47 @@ describe('setupCommands', () => {
   it('lengths are in bytes, and arguments are binary-safe', () => {
     const [auth] = setupCommands(parseUpstreamUrl(`redis://:${encodeURIComponent('pé\r\n x')}@h`));
     expect(auth.equals(Buffer.from('*2\r\n$4\r\nAUTH\r\n$7\r\npé\r\n x\r\n', 'utf8'))).toBe(true);
+  });
+});
+
+describe('production settings', () => {
+  it('reads the admin address, mode, limits and reload settings', () => {
+    const config = run(['--admin-listen', 'off', '--mode', 'observe', '--max-connections', '5', '--max-frame-bytes', '4096', '--idle-timeout-ms', '300', '--watch-rules', '--shutdown-timeout-ms', '0']);
+    expect(config).toMatchObject({ adminListen: null, mode: 'observe', maxConnections: 5, maxFrameBytes: 4096, idleTimeoutMs: 300, watchRules: true, shutdownTimeoutMs: 0 });
+    expect(run([], { REDIS_LOCK_PROXY_ADMIN_LISTEN: '0.0.0.0:9999', REDIS_LOCK_PROXY_WATCH_RULES: 'true' })).toMatchObject({
+      adminListen: { host: '0.0.0.0', port: 9999 },
+      watchRules: true,
+    });
+    expect(configError(() => run(['--mode', 'enforcing'])).message).toBe('mode must be enforce or observe, got "enforcing"');
+    expect(configError(() => run(['--max-frame-bytes', '10'])).message).toContain('max-frame-bytes must be an integer from 1024');
+  });
+
+  it('pairs the TLS and sentinel settings, naming what is missing', () => {
+    expect(configError(() => run(['--upstream-ca', '/x.pem'])).message).toBe('--upstream-ca needs a rediss:// upstream URL');
+    expect(configError(() => run(['--upstream', 'rediss://h', '--upstream-cert', '/c.pem'])).message).toBe('upstream-cert and upstream-key go together');
+    expect(configError(() => run(['--tls-cert', '/c.pem'])).message).toBe('tls-cert and tls-key go together');
+    expect(configError(() => run(['--tls-client-ca', '/ca.pem'])).message).toBe('tls-client-ca needs tls-cert and tls-key');
+    expect(configError(() => run(['--upstream', 'rediss://h', '--upstream-ca', '/nonexistent/ca.pem'])).message).toMatch(/^upstream-ca \/nonexistent\/ca\.pem: cannot read/);
+    expect(configError(() => run(['--sentinel', '127.0.0.1:26379'])).message).toBe('sentinel and sentinel-master go together');
+    expect(run(['--sentinel', 's1:26379,s2:26380', '--sentinel', '[::1]:26381', '--sentinel-master', 'mymaster']).sentinel).toEqual({
+      sentinels: [
+        { host: 's1', port: 26379 },
+        { host: 's2', port: 26380 },
+        { host: '::1', port: 26381 },
+      ],
+      masterName: 'mymaster',
+      username: undefined,
+      password: undefined,
+    });
+  });
+
+  it('prints the effective configuration with secrets masked', () => {
+    const request = resolveConfig(['--print-config', '--upstream', 'redis://:hunter2@h:1', '--sentinel', 'h:2', '--sentinel-master', 'm', '--sentinel-password', 'swordfish'], {});
+    expect(request.kind).toBe('print-config');
+    const text = request.kind === 'print-config' ? request.text : '';
+    expect(text).toContain('upstream: redis://:***@h:1');
+    expect(text).toContain('sentinel-password: "***"');
+    expect(text).not.toMatch(/hunter2|swordfish/);
+    expect(text).toContain('listen: 127.0.0.1:6380');
   });
 });

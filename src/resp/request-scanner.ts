@@ -132,6 +132,12 @@ export class RequestScanner {
   valueLength = 0;
   /** Why the stream is not valid RESP, when MALFORMED was reported. */
   malformedReason = '';
+  /** MALFORMED because the request is larger than maxFrameBytes (valid RESP, but refused). */
+  tooLarge = false;
+  /** Sum of the argument sizes of the current frame so far. */
+  private frameBytes = 0;
+
+  constructor(private readonly maxFrameBytes = Number.MAX_SAFE_INTEGER) {}
 
   private state = State.FrameStart;
   private readonly line = new NumberLine();
@@ -232,6 +238,11 @@ export class RequestScanner {
           pos++;
           const length = this.line.result();
           if (length === undefined || length < 0 || length > Number.MAX_SAFE_INTEGER) return this.fail(pos, 'invalid bulk length');
+          this.frameBytes += length;
+          if (this.frameBytes > this.maxFrameBytes) {
+            this.tooLarge = true;
+            return this.fail(pos, `request larger than ${this.maxFrameBytes} bytes`);
+          }
           this.startBody(length);
           if (this.event !== 0) return pos;
           break;
@@ -296,6 +307,7 @@ export class RequestScanner {
     this.inlineLength = 0;
     this.inToken = false;
     this.inlineCut = false;
+    this.frameBytes = 0;
   }
 
   /** Sets up reading one argument body of `length` bytes, and reports HEAD early when the head is known. */

@@ -3,6 +3,7 @@
  * URL as redis-rs and ioredis write them:
  *
  *   redis://[[user]:password@]host[:port][/db]
+ *   rediss://...          the same over TLS
  *   unix:///path/to/redis.sock[?db=N&user=U&password=P]
  *
  * Credentials and a database in the URL are applied by the proxy on every
@@ -10,7 +11,6 @@
  * that send no AUTH or SELECT of their own get the connection the operator
  * configured.
  */
-import net from 'node:net';
 import { ConfigError } from '../errors.js';
 
 export { ConfigError };
@@ -24,6 +24,8 @@ export interface UpstreamTarget {
   readonly username?: string;
   readonly password?: string;
   readonly db: number;
+  /** rediss://: connect with TLS. */
+  readonly tls: boolean;
 }
 
 const DEFAULT_PORT = 6379;
@@ -64,7 +66,8 @@ export function parseUpstreamUrl(text: string): UpstreamTarget {
   const username = url.username ? decode(url.username, 'user name', display) : undefined;
   const password = url.password ? decode(url.password, 'password', display) : undefined;
   switch (url.protocol) {
-    case 'redis:': {
+    case 'redis:':
+    case 'rediss:': {
       if (!url.hostname) throw new ConfigError(`upstream URL ${display}: missing host`);
       const host = url.hostname.replace(/^\[(.*)\]$/, '$1'); // IPv6 literals come bracketed
       const port = url.port ? Number(url.port) : DEFAULT_PORT;
@@ -73,7 +76,7 @@ export function parseUpstreamUrl(text: string): UpstreamTarget {
       if (username !== undefined && password === undefined) {
         throw new ConfigError(`upstream URL ${display}: a user name needs a password (redis://user:password@host)`);
       }
-      return { display, host, port, username, password, db };
+      return { display, host, port, username, password, db, tls: url.protocol === 'rediss:' };
     }
     case 'unix:':
     case 'redis+unix:': {
@@ -84,12 +87,10 @@ export function parseUpstreamUrl(text: string): UpstreamTarget {
       if (socketUser !== undefined && socketPassword === undefined) {
         throw new ConfigError(`upstream URL ${display}: a user name needs a password (?user=U&password=P)`);
       }
-      return { display, path: decode(url.pathname, 'socket path', display), username: socketUser, password: socketPassword, db };
+      return { display, path: decode(url.pathname, 'socket path', display), username: socketUser, password: socketPassword, db, tls: false };
     }
-    case 'rediss:':
-      throw new ConfigError(`upstream URL ${display}: TLS upstreams (rediss://) are not supported by this version`);
     default:
-      throw new ConfigError(`upstream URL ${display}: unsupported scheme "${url.protocol}" (use redis:// or unix://)`);
+      throw new ConfigError(`upstream URL ${display}: unsupported scheme "${url.protocol}" (use redis://, rediss:// or unix://)`);
   }
 }
 
@@ -107,12 +108,4 @@ export function setupCommands(target: UpstreamTarget): Buffer[] {
   }
   if (target.db !== 0) commands.push(command('SELECT', String(target.db)));
   return commands;
-}
-
-export function connectUpstream(target: UpstreamTarget): net.Socket {
-  const socket =
-    target.path !== undefined
-      ? net.connect({ path: target.path, allowHalfOpen: true })
-      : net.connect({ host: target.host, port: target.port ?? DEFAULT_PORT, allowHalfOpen: true, noDelay: true, keepAlive: true });
-  return socket;
 }

@@ -4,19 +4,16 @@
  * attempt through it, clean shutdown on SIGTERM, and the exit status and
  * message of every startup failure.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Cli, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
-const ROOT = path.resolve(import.meta.dirname, '../..');
-const CLI = path.join(ROOT, 'dist', 'cli.js');
 const VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 const DEFAULT_RULE_FILE = path.join(ROOT, 'rules', 'stalwart.yaml');
 
@@ -24,11 +21,7 @@ let redis: RedisServer;
 let tmp: string;
 
 beforeAll(async () => {
-  if (!existsSync(CLI)) {
-    // `npm test` builds dist/ first; a bare `vitest run` may not have.
-    const npx = process.platform === 'win32' ? 'npx.cmd' : 'npx';
-    await promisify(execFile)(npx, ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT });
-  }
+  await ensureBuilt();
   redis = await startRedis();
   tmp = mkdtempSync(path.join(os.tmpdir(), 'rlp-cli-'));
 }, 120_000);
@@ -41,96 +34,6 @@ afterAll(async () => {
 // ---------------------------------------------------------------------------
 // Running the CLI
 // ---------------------------------------------------------------------------
-
-/** The test process's environment without any REDIS_LOCK_PROXY_* setting, plus `extra`. */
-function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(process.env)) {
-    if (!name.startsWith('REDIS_LOCK_PROXY_')) env[name] = value;
-  }
-  return { ...env, ...extra };
-}
-
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-class Cli {
-  stdout = '';
-  stderr = '';
-  readonly exited: Promise<Exit>;
-  private readonly child: ChildProcess;
-  private wake: (() => void) | undefined;
-
-  constructor(args: string[], env: NodeJS.ProcessEnv) {
-    this.child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    this.child.stdout?.on('data', (chunk: Buffer) => {
-      this.stdout += chunk.toString('utf8');
-      this.wake?.();
-    });
-    this.child.stderr?.on('data', (chunk: Buffer) => {
-      this.stderr += chunk.toString('utf8');
-      this.wake?.();
-    });
-    this.exited = new Promise((resolve) => {
-      this.child.once('close', (code, signal) => {
-        this.wake?.();
-        resolve({ code, signal, stdout: this.stdout, stderr: this.stderr });
-      });
-    });
-  }
-
-  /** The JSON log lines printed on stdout so far. */
-  logLines(): Array<Record<string, unknown>> {
-    return this.stdout
-      .split('\n')
-      .filter((line) => line.startsWith('{'))
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
-  }
-
-  /** Waits for a log line with message `msg`; fails if the process exits or time runs out first. */
-  async waitForLog(msg: string, timeoutMs = 10_000): Promise<Record<string, unknown>> {
-    const deadline = Date.now() + timeoutMs;
-    let exited = false;
-    void this.exited.then(() => (exited = true));
-    for (;;) {
-      const line = this.logLines().find((l) => l.msg === msg);
-      if (line) return line;
-      if (exited || Date.now() > deadline) {
-        throw new Error(`no "${msg}" log line (exited: ${exited}). stdout:\n${this.stdout}\nstderr:\n${this.stderr}`);
-      }
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, 50);
-        this.wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-    }
-  }
-
-  kill(signal: NodeJS.Signals): void {
-    this.child.kill(signal);
-  }
-
-  /** Makes sure the process is gone (for finally blocks). */
-  async stop(): Promise<void> {
-    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
-    await this.exited;
-  }
-}
-
-/** Runs the CLI to completion. */
-async function runCli(args: string[], env: Record<string, string> = {}, timeoutMs = 10_000): Promise<Exit> {
-  const cli = new Cli(args, cleanEnv(env));
-  const timer = setTimeout(() => cli.kill('SIGKILL'), timeoutMs);
-  const exit = await cli.exited;
-  clearTimeout(timer);
-  return exit;
-}
 
 async function exchange(port: number, bytes: Buffer, replies: number): Promise<string> {
   const client = await RawClient.connect(port);
@@ -206,7 +109,7 @@ describe('running', () => {
       cli.kill('SIGTERM');
       const exit = await cli.exited;
       expect(exit.code).toBe(0);
-      expect(cli.logLines().find((l) => l.msg === 'shutting down')).toMatchObject({ signal: 'SIGTERM' });
+      expect(cli.logLines().find((l) => l.msg === 'shutting down: finishing in-flight requests')).toMatchObject({ signal: 'SIGTERM' });
       await expect(idle.readUntilClosed(2000)).resolves.toBeDefined();
       await expect(RawClient.connect(port)).rejects.toThrow(/ECONNREFUSED/);
     } finally {
@@ -309,9 +212,13 @@ describe('startup failures', () => {
   });
 
   it('a bad upstream URL: exit 2 with a clear message', async () => {
-    const tls = await runCli(['--upstream', 'rediss://cache:6380']);
-    expect(tls.code).toBe(2);
-    expect(tls.stderr).toBe('redis-lock-proxy: upstream URL rediss://cache:6380: TLS upstreams (rediss://) are not supported by this version\n');
+    const scheme = await runCli(['--upstream', 'http://cache:6380']);
+    expect(scheme.code).toBe(2);
+    expect(scheme.stderr).toBe('redis-lock-proxy: upstream URL http://cache:6380/: unsupported scheme "http:" (use redis://, rediss:// or unix://)\n');
+
+    const tlsWithoutRediss = await runCli(['--upstream', 'redis://cache:6380', '--upstream-insecure']);
+    expect(tlsWithoutRediss.code).toBe(2);
+    expect(tlsWithoutRediss.stderr).toBe('redis-lock-proxy: --upstream-insecure needs a rediss:// upstream URL\n');
 
     const garbage = await runCli(['--upstream', 'cache:6379x']);
     expect(garbage.code).toBe(2);

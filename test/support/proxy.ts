@@ -7,9 +7,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { loadRules } from '../../src/rules/loader.js';
+import type { ListenerTls, UpstreamTls } from '../../src/config.js';
+import { RuleStore } from '../../src/rules/store.js';
 import { startProxy, type ProxyServer } from '../../src/server.js';
 import { Stats } from '../../src/stats.js';
+import { UpstreamConnector } from '../../src/upstream/connect.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
 
 export const STALWART_RULES = path.resolve(import.meta.dirname, '../../rules/stalwart.yaml');
@@ -26,6 +28,10 @@ export const TEST_RULES = `rules:
 export interface TestProxy {
   readonly port: number;
   readonly stats: Stats;
+  readonly server: ProxyServer;
+  readonly rules: RuleStore;
+  /** The rule files in force (in a temporary directory the test may rewrite). */
+  readonly ruleFiles: readonly string[];
   /** Parsed log lines written so far. */
   logs(): Array<Record<string, unknown>>;
   close(): Promise<void>;
@@ -37,6 +43,12 @@ export interface TestProxyOptions {
   rules?: string[];
   holdMs?: number;
   connectTimeoutMs?: number;
+  mode?: 'enforce' | 'observe';
+  maxFrameBytes?: number;
+  idleTimeoutMs?: number;
+  maxConnections?: number;
+  upstreamTls?: UpstreamTls;
+  listenerTls?: ListenerTls;
 }
 
 export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy> {
@@ -46,7 +58,6 @@ export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy>
     fs.writeFileSync(file, text);
     return file;
   });
-  const rules = loadRules(opts.rules === undefined ? [STALWART_RULES, ...files] : files);
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -56,13 +67,17 @@ export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy>
   });
   const log = pino({ level: 'debug' }, sink);
   const stats = new Stats();
+  const rules = new RuleStore(opts.rules === undefined ? [STALWART_RULES, ...files] : files, log, stats);
   const server: ProxyServer = await startProxy(
-    { host: '127.0.0.1', port: 0 },
+    { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
     {
-      upstream: parseUpstreamUrl(opts.upstream),
-      rules: () => rules,
+      upstream: new UpstreamConnector(parseUpstreamUrl(opts.upstream), opts.upstreamTls ?? null),
+      rules: () => rules.current,
+      mode: opts.mode ?? 'enforce',
       holdMs: opts.holdMs ?? 10,
       connectTimeoutMs: opts.connectTimeoutMs ?? 2000,
+      maxFrameBytes: opts.maxFrameBytes ?? 512 * 1024 * 1024,
+      idleTimeoutMs: opts.idleTimeoutMs ?? 0,
       log,
       stats,
     },
@@ -70,8 +85,12 @@ export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy>
   return {
     port: server.address.port,
     stats,
+    server,
+    rules,
+    ruleFiles: files,
     logs: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>),
     close: async () => {
+      rules.close();
       await server.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },

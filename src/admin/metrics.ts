@@ -1,0 +1,215 @@
+/**
+ * Prometheus view of `Stats`. Nothing here runs on the proxy's hot path: the
+ * proxy only bumps plain numbers in `Stats`, and every metric below copies
+ * them in its collect hook when /metrics is scraped.
+ *
+ * Totals kept outside prom-client are exposed as real counters (`# TYPE ...
+ * counter`): collect() resets the counter and adds the current total, which
+ * is synchronous, so two concurrent scrapes cannot interleave inside it.
+ * The connect latency histogram comes from buckets counted in `Stats`, which
+ * prom-client's Histogram cannot be loaded from, so it is a small collector
+ * of its own that hands the registry ready-made cumulative samples.
+ */
+import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from 'prom-client';
+import { CONNECT_BUCKETS, type Stats } from '../stats.js';
+
+const PREFIX = 'redis_lock_proxy_';
+
+export interface MetricsOptions {
+  /** Number of rules currently loaded; `rules_loaded` is exposed only when given. */
+  rulesLoaded?: () => number;
+  /** Rule files currently loaded; `rule_file_info{file}` is exposed only when given. */
+  ruleFiles?: () => readonly string[];
+}
+
+/** A fresh registry (never the global one) with every proxy metric and the default process metrics. */
+export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): Registry {
+  const registry = new Registry();
+  const registers = [registry];
+
+  const gauge = (name: string, help: string, read: () => number): void => {
+    new Gauge({
+      name: PREFIX + name,
+      help,
+      registers,
+      collect() {
+        this.set(read());
+      },
+    });
+  };
+
+  const counter = (name: string, help: string, read: () => number): void => {
+    new Counter({
+      name: PREFIX + name,
+      help,
+      registers,
+      collect() {
+        this.reset();
+        addTo(this, read());
+      },
+    });
+  };
+
+  /** A counter whose series are listed afresh at each scrape. */
+  const labelledCounter = <L extends string>(
+    name: string,
+    help: string,
+    labelNames: readonly L[],
+    read: (emit: (labels: Record<L, string>, value: number) => void) => void,
+  ): void => {
+    new Counter<L>({
+      name: PREFIX + name,
+      help,
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        read((labels, value) => addTo(this, value, labels));
+      },
+    });
+  };
+
+  gauge('connections_open', 'Client connections currently open.', () => stats.connectionsOpen);
+  counter('connections_total', 'Client connections accepted.', () => stats.connectionsTotal);
+  counter(
+    'connections_rejected_total',
+    'Client connections refused at accept time because of --max-connections.',
+    () => stats.connectionsRejected,
+  );
+  counter(
+    'commands_forwarded_total',
+    'Commands forwarded upstream as the client sent them.',
+    () => stats.commandsForwarded,
+  );
+  counter('client_bytes_received_total', 'Bytes read from clients.', () => stats.bytesFromClients);
+  counter('upstream_bytes_received_total', 'Bytes read from the upstream Redis.', () => stats.bytesFromUpstream);
+  counter(
+    'upstream_connect_failures_total',
+    'Upstream connection attempts that failed.',
+    () => stats.upstreamConnectFailures,
+  );
+  registerMetric(
+    registry,
+    new StatsHistogram(PREFIX + 'upstream_connect_seconds', 'Time to connect to the upstream Redis, in seconds.', stats),
+  );
+
+  labelledCounter(
+    'blocks_total',
+    'Lock blocks that matched a rule (seen), answered by the script (rewritten), or forwarded unchanged in observe mode (observed).',
+    ['rule', 'outcome'],
+    (emit) => {
+      for (const [rule, counts] of stats.byRule) {
+        emit({ rule, outcome: 'seen' }, counts.seen);
+        emit({ rule, outcome: 'rewritten' }, counts.rewritten);
+        emit({ rule, outcome: 'observed' }, counts.observed);
+      }
+    },
+  );
+  labelledCounter(
+    'block_fallbacks_total',
+    'Lock blocks whose script could not run and that were sent unchanged, by error prefix.',
+    ['rule', 'reason'],
+    (emit) => {
+      for (const [rule, counts] of stats.byRule) {
+        for (const [reason, value] of counts.fallbacks) emit({ rule, reason }, value);
+      }
+    },
+  );
+  labelledCounter(
+    'block_releases_total',
+    'Held MULTI blocks released unchanged before they could match, by reason.',
+    ['reason'],
+    (emit) => {
+      for (const [reason, value] of stats.releases) emit({ reason }, value);
+    },
+  );
+  counter(
+    'script_reloads_total',
+    'Times the script was missing from the script cache and was sent in full.',
+    () => stats.scriptReloads,
+  );
+  labelledCounter('rule_reloads_total', 'Rule reloads, by result.', ['result'], (emit) => {
+    emit({ result: 'ok' }, stats.ruleReloads);
+    emit({ result: 'failed' }, stats.ruleReloadFailures);
+  });
+
+  const { rulesLoaded, ruleFiles } = opts;
+  if (rulesLoaded !== undefined) gauge('rules_loaded', 'Rules currently loaded.', rulesLoaded);
+  if (ruleFiles !== undefined) {
+    new Gauge({
+      name: PREFIX + 'rule_file_info',
+      help: 'Rule files currently loaded (always 1).',
+      labelNames: ['file'],
+      registers,
+      collect() {
+        this.reset();
+        for (const file of ruleFiles()) this.set({ file }, 1);
+      },
+    });
+  }
+
+  collectDefaultMetrics({ register: registry, prefix: PREFIX });
+  return registry;
+}
+
+/** Adds a non-negative finite total to a freshly reset counter; anything else is left out. */
+function addTo<L extends string>(metric: Counter<L>, value: number, labels?: Record<L, string>): void {
+  // A counter cannot go down, and prom-client throws on NaN/Infinity: a bad
+  // total would break the whole scrape, so it is dropped instead. Zero is
+  // still added so that labelled series show up from their first scrape.
+  if (!(value >= 0 && Number.isFinite(value))) return;
+  if (labels === undefined) metric.inc(value);
+  else metric.inc(labels, value);
+}
+
+/** A sample as the registry reads it from `get()`; `metricName` overrides the metric's own name. */
+interface Sample {
+  metricName: string;
+  labels: Record<string, string | number>;
+  value: number;
+}
+
+/**
+ * A histogram whose buckets are counted in `Stats` (per bucket, not
+ * cumulative, one more than CONNECT_BUCKETS for the overflow). It has the
+ * members the registry uses (name, help, type, aggregator, get, reset) and
+ * produces `_bucket{le}` (cumulative, ending with +Inf), `_sum` and `_count`.
+ */
+class StatsHistogram {
+  readonly type = 'histogram';
+  readonly aggregator = 'sum';
+
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    private readonly stats: Stats,
+  ) {}
+
+  async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Sample[] }> {
+    const { connectBuckets, connectSecondsSum, connectCount } = this.stats;
+    const values: Sample[] = [];
+    let cumulative = 0;
+    CONNECT_BUCKETS.forEach((le, i) => {
+      cumulative += connectBuckets[i];
+      values.push({ metricName: `${this.name}_bucket`, labels: { le }, value: cumulative });
+    });
+    cumulative += connectBuckets[CONNECT_BUCKETS.length];
+    values.push({ metricName: `${this.name}_bucket`, labels: { le: '+Inf' }, value: cumulative });
+    values.push({ metricName: `${this.name}_sum`, labels: {}, value: connectSecondsSum });
+    values.push({ metricName: `${this.name}_count`, labels: {}, value: connectCount });
+    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values };
+  }
+
+  /** Registry.resetMetrics() calls this; the counts belong to Stats, so there is nothing to reset. */
+  reset(): void {}
+}
+
+/**
+ * prom-client types `registerMetric` as taking one of its own metric classes,
+ * but the registry only reads the members StatsHistogram has (and its
+ * declared `type` is a numeric enum while the runtime, which prints it after
+ * `# TYPE`, uses strings), hence the cast.
+ */
+function registerMetric(registry: Registry, metric: StatsHistogram): void {
+  registry.registerMetric(metric as unknown as Metric);
+}

@@ -1,0 +1,61 @@
+/**
+ * Opens the upstream connection for one client connection: TCP, a unix
+ * socket, or TLS (rediss://), to the configured host or to the master that
+ * the sentinels currently name.
+ */
+import net from 'node:net';
+import tls from 'node:tls';
+import type { UpstreamTls } from '../config.js';
+import type { SentinelMonitor } from './sentinel.js';
+import type { UpstreamTarget } from './target.js';
+
+export interface UpstreamSocket {
+  readonly socket: net.Socket;
+  /** The event that means the connection is usable: 'connect', or 'secureConnect' for TLS. */
+  readonly readyEvent: 'connect' | 'secureConnect';
+  /** host:port or socket path actually dialled (with sentinel: the master of the moment). */
+  readonly address: string;
+}
+
+const DEFAULT_PORT = 6379;
+
+export class UpstreamConnector {
+  constructor(
+    readonly target: UpstreamTarget,
+    private readonly tlsOptions: UpstreamTls | null,
+    private readonly sentinel: SentinelMonitor | null = null,
+  ) {}
+
+  /** For logs and error replies: the URL (password masked), or the sentinel setup. */
+  describe(): string {
+    return this.sentinel !== null ? this.sentinel.describe() : this.target.display;
+  }
+
+  connect(): UpstreamSocket {
+    if (this.target.path !== undefined) {
+      return { socket: net.connect({ path: this.target.path, allowHalfOpen: true }), readyEvent: 'connect', address: this.target.path };
+    }
+    const { host, port } = this.sentinel !== null ? this.sentinel.master : { host: this.target.host as string, port: this.target.port ?? DEFAULT_PORT };
+    const address = net.isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`;
+    if (this.tlsOptions === null) {
+      const socket = net.connect({ host, port, allowHalfOpen: true, noDelay: true, keepAlive: true });
+      return { socket, readyEvent: 'connect', address };
+    }
+    const options = this.tlsOptions;
+    const tlsOptions: tls.ConnectionOptions & { allowHalfOpen: boolean } = {
+      host,
+      port,
+      // SNI carries host names only; an IP address is verified against the certificate's IP entries.
+      servername: options.servername ?? (net.isIP(host) === 0 ? host : undefined),
+      ca: options.ca,
+      cert: options.cert,
+      key: options.key,
+      rejectUnauthorized: !options.insecure,
+      allowHalfOpen: true, // passed on to the TLSSocket: Redis's FIN must not close our side early
+    };
+    const socket = tls.connect(tlsOptions);
+    socket.setNoDelay(true);
+    socket.setKeepAlive(true);
+    return { socket, readyEvent: 'secureConnect', address };
+  }
+}

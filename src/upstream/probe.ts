@@ -1,0 +1,40 @@
+/**
+ * Is the upstream reachable? One short connection: the URL's AUTH/SELECT if
+ * any, then PING. Used by /readyz.
+ */
+import { ReplyScanner } from '../resp/reply-scanner.js';
+import type { UpstreamConnector } from './connect.js';
+import { setupCommands } from './target.js';
+
+const PING = Buffer.from('*1\r\n$4\r\nPING\r\n');
+
+export function probeUpstream(connector: UpstreamConnector, timeoutMs: number): Promise<{ ok: boolean; detail: string }> {
+  return new Promise((resolve) => {
+    const { socket, address } = connector.connect();
+    const commands = [...setupCommands(connector.target), PING];
+    let received = Buffer.alloc(0);
+    const finish = (ok: boolean, detail: string): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve({ ok, detail });
+    };
+    const timer = setTimeout(() => finish(false, `upstream ${address} did not answer PING within ${timeoutMs} ms`), timeoutMs);
+    socket.on('error', (err) => finish(false, `upstream ${address} unreachable: ${err.message}`));
+    socket.write(Buffer.concat(commands));
+    socket.on('data', (chunk: Buffer) => {
+      received = Buffer.concat([received, chunk]);
+      if (countReplies(received) < commands.length) return;
+      // -NOAUTH means reachable: the clients bring their own credentials.
+      const error = /^-(?!NOAUTH)(.*)$/m.exec(received.toString('latin1'));
+      if (error) finish(false, `upstream ${address} answered: ${error[1].trim()}`);
+      else finish(true, `upstream ${address} answers PING`);
+    });
+  });
+}
+
+function countReplies(bytes: Buffer): number {
+  const scanner = new ReplyScanner();
+  scanner.newChunk();
+  scanner.scan(bytes, 0, Number.MAX_SAFE_INTEGER);
+  return scanner.replies;
+}

@@ -1,0 +1,186 @@
+/**
+ * Operating the built command line: the admin endpoints scraped over HTTP,
+ * SIGHUP and file-watch rule reloads, a config file with its precedence, and
+ * --print-config.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Cli, cleanEnv, ensureBuilt, runCli } from '../support/cli.js';
+import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { cmd, RawClient } from '../support/resp.js';
+import { attemptReplies, lockAttempt } from '../support/stalwart.js';
+
+let redis: RedisServer;
+let tmp: string;
+
+beforeAll(async () => {
+  await ensureBuilt();
+  redis = await startRedis();
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-cliops-'));
+}, 120_000);
+
+afterAll(async () => {
+  await redis?.stop();
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+const RULES = 'rules:\n  - name: ops-lock\n    prefix: "lock:"\n';
+
+function writeTmp(name: string, text: string): string {
+  const file = path.join(tmp, name);
+  fs.writeFileSync(file, text);
+  return file;
+}
+
+async function attempt(port: number, key: string): Promise<string> {
+  const client = await RawClient.connect(port);
+  try {
+    client.write(lockAttempt(key, 60));
+    return (await client.readReplies(4)).toString('latin1');
+  } finally {
+    await client.close();
+  }
+}
+
+async function startCli(extra: string[], env: Record<string, string> = {}): Promise<{ cli: Cli; port: number; adminPort: number }> {
+  const port = await freePort();
+  const adminPort = await freePort();
+  const cli = new Cli(
+    ['--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', `127.0.0.1:${adminPort}`, ...extra],
+    cleanEnv(env),
+  );
+  await cli.waitForLog('redis-lock-proxy listening');
+  return { cli, port, adminPort };
+}
+
+describe('admin endpoints', () => {
+  it('serves metrics, liveness and readiness', async () => {
+    const rules = writeTmp('admin.yaml', RULES);
+    const { cli, port, adminPort } = await startCli(['--rules', rules]);
+    try {
+      const base = `http://127.0.0.1:${adminPort}`;
+      expect(await attempt(port, 'lock:admin')).toBe(attemptReplies(1, 1));
+      expect(await attempt(port, 'lock:admin')).toBe(attemptReplies(2, 0));
+
+      const metrics = await (await fetch(`${base}/metrics`)).text();
+      expect(metrics).toContain('redis_lock_proxy_blocks_total{rule="ops-lock",outcome="rewritten"} 2');
+      expect(metrics).toContain('redis_lock_proxy_blocks_total{rule="ops-lock",outcome="seen"} 2');
+      expect(metrics).toMatch(/redis_lock_proxy_connections_total 2\b/);
+      expect(metrics).toMatch(/redis_lock_proxy_upstream_connect_seconds_count 2\b/);
+      expect(metrics).toMatch(/redis_lock_proxy_client_bytes_received_total [1-9]\d*/);
+      expect(metrics).toContain('redis_lock_proxy_process_resident_memory_bytes');
+
+      const health = await fetch(`${base}/healthz`);
+      expect(health.status).toBe(200);
+      const ready = await fetch(`${base}/readyz`);
+      expect(ready.status).toBe(200);
+      expect(await ready.text()).toMatch(/^ready: upstream 127\.0\.0\.1:\d+ answers PING/);
+    } finally {
+      cli.kill('SIGTERM');
+      await cli.stop();
+    }
+  });
+
+  it('is not ready while the upstream is down', async () => {
+    const down = await freePort();
+    const port = await freePort();
+    const adminPort = await freePort();
+    const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', `redis://127.0.0.1:${down}`, '--admin-listen', `127.0.0.1:${adminPort}`], cleanEnv());
+    try {
+      await cli.waitForLog('redis-lock-proxy listening');
+      const ready = await fetch(`http://127.0.0.1:${adminPort}/readyz`);
+      expect(ready.status).toBe(503);
+      expect(await ready.text()).toMatch(/^not ready: upstream 127\.0\.0\.1:\d+ unreachable: .*ECONNREFUSED/);
+      expect((await fetch(`http://127.0.0.1:${adminPort}/healthz`)).status).toBe(200);
+    } finally {
+      cli.kill('SIGTERM');
+      await cli.stop();
+    }
+  });
+});
+
+describe('rule reload', () => {
+  it('reloads on SIGHUP, refuses a broken file and keeps the old rules', async () => {
+    const rules = writeTmp('hup.yaml', RULES);
+    const { cli, port } = await startCli(['--rules', rules]);
+    try {
+      const client = await RawClient.connect(port); // stays open across reloads
+      fs.writeFileSync(rules, RULES + '    mode: observe\n');
+      cli.kill('SIGHUP');
+      await cli.waitForLog('rules reloaded');
+      client.write(lockAttempt('lock:hup', 60));
+      expect((await client.readReplies(4)).toString()).toBe(attemptReplies(1, 1));
+      expect(cli.logLines().some((l) => l.msg === 'observe: lock block would be rewritten')).toBe(true);
+
+      fs.writeFileSync(rules, 'rules:\n  - name: x\n    prefix_hex: "zz"\n');
+      cli.kill('SIGHUP');
+      const refused = await cli.waitForLog('rule reload refused; the previous rules stay in force');
+      expect(String(refused.err)).toContain('prefix_hex');
+      client.write(cmd('PING'));
+      expect((await client.readReplies(1)).toString()).toBe('+PONG\r\n');
+      await client.close();
+    } finally {
+      cli.kill('SIGTERM');
+      await cli.stop();
+    }
+  });
+
+  it('reloads when a watched rule file changes', async () => {
+    const dir = path.join(tmp, 'watched');
+    fs.mkdirSync(dir);
+    fs.writeFileSync(path.join(dir, 'a.yaml'), RULES);
+    const { cli, port } = await startCli(['--rules', dir, '--watch-rules']);
+    try {
+      expect(await attempt(port, 'lock:w1')).toBe(attemptReplies(1, 1));
+      fs.writeFileSync(path.join(dir, 'b.yaml'), 'rules:\n  - name: more\n    prefix: "other:"\n');
+      await cli.waitForLog('rules reloaded');
+      const line = cli.logLines().find((l) => l.msg === 'rules reloaded');
+      expect(line?.rules).toEqual(['ops-lock (enforce)', 'more (enforce)']);
+    } finally {
+      cli.kill('SIGTERM');
+      await cli.stop();
+    }
+  });
+});
+
+describe('config file', () => {
+  it('is read, and flags and environment variables win over it', async () => {
+    const rules = writeTmp('cfg-rules.yaml', RULES);
+    const filePort = await freePort();
+    const config = writeTmp(
+      'proxy.yaml',
+      `listen: 127.0.0.1:${filePort}\nupstream: redis://:s3cret@127.0.0.1:1/2\nrules:\n  - ${rules}\nhold-ms: 25\nmode: observe\nadmin-listen: "off"\n`,
+    );
+    const shown = await runCli(['--config', config, '--print-config', '--hold-ms', '30'], { REDIS_LOCK_PROXY_MODE: 'enforce' });
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).toContain(`listen: 127.0.0.1:${filePort}`);
+    expect(shown.stdout).toContain('upstream: redis://:***@127.0.0.1:1/2');
+    expect(shown.stdout).not.toContain('s3cret');
+    expect(shown.stdout).toContain('hold-ms: 30'); // flag > file
+    expect(shown.stdout).toContain('mode: enforce'); // env > file
+    expect(shown.stdout).toContain(rules);
+
+    const running = new Cli(['--config', config, '--upstream', redis.url], cleanEnv());
+    try {
+      await running.waitForLog('redis-lock-proxy listening');
+      expect(await attempt(filePort, 'lock:cfg')).toBe(attemptReplies(1, 1));
+      expect(running.logLines().find((l) => l.msg === 'redis-lock-proxy listening')).toMatchObject({ mode: 'observe' });
+    } finally {
+      running.kill('SIGTERM');
+      await running.stop();
+    }
+  });
+
+  it('refuses unknown settings and wrong types, naming them', async () => {
+    const typo = writeTmp('typo.yaml', 'listne: 127.0.0.1:1\n');
+    const exit = await runCli(['--config', typo]);
+    expect(exit.code).toBe(2);
+    expect(exit.stderr).toContain(`config file ${typo}: unknown setting "listne"`);
+    const wrong = writeTmp('wrong.yaml', 'watch-rules: sometimes\n');
+    const exit2 = await runCli(['--config', wrong]);
+    expect(exit2.code).toBe(2);
+    expect(exit2.stderr).toContain('setting "watch-rules" must be true or false');
+  });
+});

@@ -1,0 +1,703 @@
+/**
+ * The operator subcommands against a real Redis and an in-process proxy:
+ *
+ * - `verify --via HOST:PORT` proves the fix through the proxy (and fails, with one clear line,
+ *   directly against Redis, on a closed port, or on a server that never answers), and leaves no
+ *   key behind;
+ * - `locks --upstream URL` lists and decodes lock keys written with Stalwart's exact bytes,
+ *   flags the abandoned-looking ones, releases keys, and finds locks among many other keys with
+ *   SCAN, never KEYS.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import fc from 'fast-check';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describeKey } from '../../src/log.js';
+import {
+  connectionOptions,
+  deleteUnchanged,
+  describeLockKey,
+  escapeKey,
+  globPatternFor,
+  listLocks,
+  run as locks,
+  unescapeKey,
+} from '../../src/ops/locks.js';
+import { run as verify, type Io } from '../../src/ops/verify.js';
+import { loadRules } from '../../src/rules/loader.js';
+import { parseUpstreamUrl } from '../../src/upstream/target.js';
+import { STALWART_RULES, startTestProxy, TEST_RULES, type TestProxy } from '../support/proxy.js';
+import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { cmd, RawClient } from '../support/resp.js';
+import { counterOf, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
+
+let redis: RedisServer;
+let proxy: TestProxy;
+let admin: RawClient;
+let tmp: string;
+let testRulesFile: string;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  proxy = await startTestProxy({ upstream: redis.url });
+  admin = await RawClient.connect(redis.port);
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'rlp-ops-'));
+  testRulesFile = writeRules('test.yaml', TEST_RULES);
+});
+
+afterAll(async () => {
+  await admin?.close();
+  await proxy?.close();
+  await redis?.stop();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+interface OpResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+type Op = (argv: string[], io: Io) => Promise<number>;
+
+/** Runs a subcommand as the CLI dispatcher would, with `env` as the whole environment. */
+async function runOp(op: Op, argv: string[], env: NodeJS.ProcessEnv = {}): Promise<OpResult> {
+  let stdout = '';
+  let stderr = '';
+  const code = await op(argv, {
+    stdout: (text) => (stdout += text),
+    stderr: (text) => (stderr += text),
+    env,
+  });
+  return { code, stdout, stderr };
+}
+
+function writeRules(name: string, text: string): string {
+  const file = path.join(tmp, name);
+  writeFileSync(file, text);
+  return file;
+}
+
+async function adminCall(...args: (string | Buffer)[]): Promise<string> {
+  admin.write(cmd(...args));
+  return (await admin.readReplies(1)).toString('latin1');
+}
+
+async function adminInt(...args: (string | Buffer)[]): Promise<number> {
+  const reply = await adminCall(...args);
+  const match = /^:(-?\d+)\r\n$/.exec(reply);
+  if (!match) throw new Error(`not an integer reply: ${JSON.stringify(reply)}`);
+  return Number(match[1]);
+}
+
+async function adminGet(key: Buffer | string): Promise<string | null> {
+  const reply = await adminCall('GET', key);
+  if (reply === '$-1\r\n') return null;
+  return /^\$\d+\r\n([\s\S]*)\r\n$/.exec(reply)?.[1] ?? reply;
+}
+
+/** Stalwart's lock attempt through the proxy, byte for byte; returns the counter. */
+async function attemptViaProxy(key: Buffer, seconds: number): Promise<number> {
+  const client = await RawClient.connect(proxy.port);
+  try {
+    client.write(lockAttempt(key, seconds));
+    return counterOf(await client.readReplies(4));
+  } finally {
+    client.destroy();
+  }
+}
+
+function lines(text: string): string[] {
+  return text.split('\n').filter((line) => line !== '');
+}
+
+// ---------------------------------------------------------------------------------------------
+// verify
+// ---------------------------------------------------------------------------------------------
+
+describe('verify', () => {
+  beforeEach(async () => {
+    await adminCall('FLUSHALL');
+    await adminCall('SET', 'app:unrelated', 'x'); // so that "DBSIZE unchanged" is not just 0 == 0
+  });
+
+  it('passes through the proxy with the shipped Stalwart rules: one line, exit 0, no keys left', async () => {
+    const before = await adminInt('DBSIZE');
+    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`]);
+    expect(result).toEqual({
+      code: 0,
+      stdout: `verify: OK: 2 rule(s) enforce the fix through 127.0.0.1:${proxy.port} (stalwart-task-lock, stalwart-queue-lock)\n`,
+      stderr: '',
+    });
+    expect(await adminInt('DBSIZE')).toBe(before);
+  });
+
+  it('passes with a text-prefix rule file, and names the observe rule it did not verify', async () => {
+    const before = await adminInt('DBSIZE');
+    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--rules', testRulesFile]);
+    expect(result).toEqual({
+      code: 0,
+      stdout:
+        `verify: OK: 1 rule(s) enforce the fix through 127.0.0.1:${proxy.port} (test-lock); ` +
+        'observe (not verified): test-observe\n',
+      stderr: '',
+    });
+    expect(await adminInt('DBSIZE')).toBe(before);
+  });
+
+  it('takes the rules from REDIS_LOCK_PROXY_RULES, as the proxy does', async () => {
+    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`], {
+      REDIS_LOCK_PROXY_RULES: `${STALWART_RULES},${testRulesFile}`,
+    });
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain('3 rule(s) enforce the fix');
+    expect(result.stdout).toContain('(stalwart-task-lock, stalwart-queue-lock, test-lock)');
+  });
+
+  it('fails directly against Redis: the second attempt re-armed the expiry', async () => {
+    const before = await adminInt('DBSIZE');
+    const result = await runOp(verify, ['--via', `127.0.0.1:${redis.port}`]);
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe('');
+    expect(lines(result.stderr)).toHaveLength(1);
+    expect(result.stderr).toMatch(
+      /^verify: FAILED: rule stalwart-task-lock: second attempt re-armed the expiry \(pttl (\d+) ms\): is the client really going through redis-lock-proxy/,
+    );
+    const pttl = Number(/pttl (\d+) ms/.exec(result.stderr)?.[1]);
+    expect(pttl).toBeGreaterThan(55_000);
+    expect(await adminInt('DBSIZE')).toBe(before);
+  });
+
+  it('fails with a clear line on a closed port', async () => {
+    const port = await freePort();
+    const result = await runOp(verify, ['--via', `127.0.0.1:${port}`]);
+    expect(result).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `verify: FAILED: cannot connect to 127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}\n`,
+    });
+  });
+
+  it('gives up after --timeout-ms on a server that never answers', async () => {
+    const sockets: net.Socket[] = [];
+    const silent = net.createServer((socket) => sockets.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as net.AddressInfo;
+    try {
+      const started = Date.now();
+      const result = await runOp(verify, ['--via', `127.0.0.1:${port}`, '--timeout-ms', '300']);
+      expect(Date.now() - started).toBeLessThan(3000);
+      expect(result.code).toBe(1);
+      expect(lines(result.stderr)).toHaveLength(1);
+      expect(result.stderr).toMatch(/^verify: FAILED: .*(timed out after 300 ms|timed out|ETIMEDOUT)/);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    }
+  });
+
+  it('names the cause when HOST:PORT is not a Redis, or the proxy cannot reach its Redis', async () => {
+    const http = net.createServer((socket) => {
+      socket.resume(); // read (and drop) what the client sends, so its close is seen
+      socket.end('HTTP/1.1 400 Bad Request\r\n\r\n');
+    });
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    const { port } = http.address() as net.AddressInfo;
+    try {
+      const result = await runOp(verify, ['--via', `127.0.0.1:${port}`]);
+      expect(result.code).toBe(1);
+      expect(lines(result.stderr)).toHaveLength(1);
+      expect(result.stderr).toMatch(
+        new RegExp(`^verify: FAILED: (rule stalwart-task-lock: )?(connection to 127\\.0\\.0\\.1:${port} failed: Protocol error|cannot connect)`),
+      );
+    } finally {
+      await new Promise((resolve) => http.close(resolve));
+    }
+
+    const orphan = await startTestProxy({ upstream: `redis://127.0.0.1:${await freePort()}` });
+    try {
+      const result = await runOp(verify, ['--via', `127.0.0.1:${orphan.port}`]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(
+        /^verify: FAILED: rule stalwart-task-lock: ERR redis-lock-proxy: upstream redis:\/\/127\.0\.0\.1:\d+ is unreachable: connect ECONNREFUSED/,
+      );
+    } finally {
+      await orphan.close();
+    }
+  });
+
+  it('--verbose prints each step, with the scratch keys', async () => {
+    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--verbose', '--rules', STALWART_RULES]);
+    expect(result.code).toBe(0);
+    const out = lines(result.stdout);
+    expect(out.at(-1)).toMatch(/^verify: OK: 2 rule\(s\)/);
+    expect(out).toContainEqual(expect.stringMatching(/^verify: rule stalwart-task-lock: scratch key \\x17rlp-[a-z0-9]{4}$/));
+    expect(out).toContainEqual(expect.stringMatching(/^verify: rule stalwart-queue-lock: scratch key \\x15rlp-verify[a-z0-9]{6}$/));
+    expect(out).toContainEqual(
+      expect.stringMatching(/^verify: rule stalwart-task-lock: attempt 2: counter 2, expiry applied 0, pttl \d+ ms$/),
+    );
+  });
+
+  it('fails a rule it cannot build a scratch key for', async () => {
+    const impossible = writeRules(
+      'impossible.yaml',
+      `rules:\n  - name: impossible\n    prefix: "x:"\n    pattern: '^x:[\\s\\S]{200}$'\n`,
+    );
+    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--rules', impossible]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/^verify: FAILED: rule impossible: cannot build a scratch key/);
+  });
+
+  it('a rule shadowed by an earlier one has no key of its own', async () => {
+    const shadowedProxy = await startTestProxy({
+      upstream: redis.url,
+      rules: [`rules:\n  - name: broad\n    prefix: "job:"\n  - name: narrow\n    prefix: "job:x"\n`],
+    });
+    try {
+      const file = writeRules('shadowed2.yaml', `rules:\n  - name: broad\n    prefix: "job:"\n  - name: narrow\n    prefix: "job:x"\n`);
+      const result = await runOp(verify, ['--via', `127.0.0.1:${shadowedProxy.port}`, '--rules', file]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/^verify: FAILED: rule narrow: cannot build a scratch key: .*earlier rule/);
+    } finally {
+      await shadowedProxy.close();
+    }
+  });
+
+  it('fails when the proxy only observes the rule', async () => {
+    const observing = await startTestProxy({
+      upstream: redis.url,
+      rules: [`rules:\n  - name: test-lock\n    prefix: "lock:"\n    mode: observe\n`],
+    });
+    try {
+      const file = writeRules('enforce.yaml', `rules:\n  - name: test-lock\n    prefix: "lock:"\n`);
+      const result = await runOp(verify, ['--via', `127.0.0.1:${observing.port}`, '--rules', file]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/^verify: FAILED: rule test-lock: second attempt re-armed the expiry/);
+    } finally {
+      await observing.close();
+    }
+  });
+
+  it('usage: --help exits 0; unknown flags, a missing --via and bad rule files exit 2', async () => {
+    const help = await runOp(verify, ['--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^Usage: redis-lock-proxy verify --via HOST:PORT/);
+
+    const unknown = await runOp(verify, ['--via', '127.0.0.1:1', '--bogus']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/^redis-lock-proxy verify: Unknown option '--bogus'/);
+
+    const missing = await runOp(verify, []);
+    expect(missing).toMatchObject({ code: 2, stderr: expect.stringContaining('--via HOST:PORT is required') });
+
+    const badVia = await runOp(verify, ['--via', 'nowhere']);
+    expect(badVia.code).toBe(2);
+
+    const badRules = await runOp(verify, ['--via', '127.0.0.1:1', '--rules', path.join(tmp, 'missing.yaml')]);
+    expect(badRules).toMatchObject({ code: 2, stderr: expect.stringContaining('does not exist') });
+  });
+
+  describe('when Redis wants the client to authenticate', () => {
+    let secured: RedisServer;
+    let securedProxy: TestProxy;
+
+    beforeAll(async () => {
+      secured = await startRedis({ password: 's3cret' });
+      // The proxy does not authenticate upstream: the client's AUTH passes through.
+      securedProxy = await startTestProxy({ upstream: `redis://127.0.0.1:${secured.port}` });
+    });
+
+    afterAll(async () => {
+      await securedProxy?.close();
+      await secured?.stop();
+    });
+
+    it('fails without a password, with a hint, and passes with --password or the environment', async () => {
+      const via = `127.0.0.1:${securedProxy.port}`;
+      const without = await runOp(verify, ['--via', via]);
+      expect(without.code).toBe(1);
+      expect(without.stderr).toMatch(/^verify: FAILED: rule stalwart-task-lock: NOAUTH.*--password/);
+
+      const flag = await runOp(verify, ['--via', via, '--password', 's3cret']);
+      expect(flag.code).toBe(0);
+      const env = await runOp(verify, ['--via', via], { REDIS_LOCK_PROXY_VERIFY_PASSWORD: 's3cret' });
+      expect(env.code).toBe(0);
+      const user = await runOp(verify, ['--via', via, '--user', 'default', '--password', 's3cret']);
+      expect(user.code).toBe(0);
+      const wrong = await runOp(verify, ['--via', via, '--password', 'nope']);
+      expect(wrong.code).toBe(1);
+      expect(wrong.stderr).toMatch(/^verify: FAILED: rule stalwart-task-lock: connection to 127\.0\.0\.1:\d+ failed: WRONGPASS .*--password/);
+      expect(await runOp(verify, ['--via', via, '--user', 'someone'])).toMatchObject({ code: 2 });
+    });
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// locks
+// ---------------------------------------------------------------------------------------------
+
+describe('locks', () => {
+  const task1234 = taskLockKey(1234n);
+  const queue42 = queueLockKey(42n, 'local');
+  const bumped = taskLockKey(777n);
+  const noTtl = taskLockKey(555n);
+  const fixedNode = taskLockKey(999n);
+  /** Every glob special character and CR LF NUL in a task id. */
+  const awkward = taskLockKey(0x0d0a005c2a3f5b5dn);
+  const rateLimit = Buffer.concat([Buffer.from([0x02]), Buffer.from('12345678')]);
+  const shortTask = Buffer.from([0x17, 1, 2, 3]); // a 0x17 key that is not a task lock
+
+  let upstreamArgs: string[];
+
+  beforeAll(() => {
+    upstreamArgs = ['--upstream', redis.url, '--rules', STALWART_RULES];
+  });
+
+  beforeEach(async () => {
+    await adminCall('FLUSHALL');
+    expect(await attemptViaProxy(task1234, 3600)).toBe(1);
+    expect(await attemptViaProxy(queue42, 600)).toBe(1);
+    expect(await attemptViaProxy(awkward, 3600)).toBe(1);
+    // An owner, then two losers: the counter shows other nodes tried while it was held.
+    for (const expected of [1, 2, 3]) expect(await attemptViaProxy(bumped, 3600)).toBe(expected);
+    // A lock that lost its expiry.
+    expect(await attemptViaProxy(noTtl, 3600)).toBe(1);
+    expect(await adminInt('PERSIST', noTtl)).toBe(1);
+    // A fixed node's lock (Stalwart 0.16.16: SET key <now + secs> NX EX secs), tried once by an old node.
+    const deadline = Math.floor(Date.now() / 1000) + 3600;
+    expect(await adminCall('SET', fixedNode, String(deadline), 'NX', 'EX', '3600')).toBe('+OK\r\n');
+    expect(await attemptViaProxy(fixedNode, 3600)).toBe(deadline + 1);
+    // Not locks: a rate-limit counter with the same shape, a short 0x17 key, application keys.
+    expect(await attemptViaProxy(rateLimit, 60)).toBe(1);
+    await adminCall('SET', shortTask, '7');
+    await adminCall('SET', 'user:1', 'x');
+    await adminCall('SET', 'lock:text', '1'); // a test-lock key, but that rule is not loaded here
+  });
+
+  it('lists and decodes Stalwart task and queue locks, and flags the abandoned-looking ones', async () => {
+    const result = await runOp(locks, upstreamArgs);
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    const out = lines(result.stdout);
+    expect(out[0]).toMatch(/^KEY\s+RULE\s+COUNTER\s+TTL\s+WHAT\s+FLAG$/);
+    expect(out.at(-1)).toBe('6 lock key(s), 2 flagged');
+    const rowOf = (key: Buffer) => {
+      const found = out.filter((line) => line.startsWith(`${describeKey(key)} `));
+      expect(found, describeKey(key)).toHaveLength(1);
+      return found[0].split(/ {2,}/);
+    };
+
+    const [, rule, counter, ttl, what, flag] = rowOf(task1234);
+    expect(rule).toBe('stalwart-task-lock');
+    expect(counter).toBe('1');
+    expect(Number(ttl.replace(/s$/, ''))).toBeGreaterThan(3590);
+    expect(what).toBe('task 1234');
+    expect(flag).toBeUndefined();
+
+    expect(rowOf(queue42).slice(1, 5)).toEqual(['stalwart-queue-lock', '1', expect.stringMatching(/^(59\d|600)\.\ds$/), 'queue message 42 in queue "local"']);
+    expect(rowOf(bumped).slice(1)).toEqual([
+      'stalwart-task-lock',
+      '3',
+      expect.stringMatching(/^3\d{3}\.\ds$/),
+      'task 777',
+      'likely abandoned (counter 3: other nodes tried to take it)',
+    ]);
+    expect(rowOf(noTtl).slice(1)).toEqual(['stalwart-task-lock', '1', 'none', 'task 555', 'no expiry: never expires']);
+    const fixed = rowOf(fixedNode);
+    expect(fixed[4]).toMatch(/^task 999 \(SET NX lock, deadline \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)$/);
+    expect(fixed).toHaveLength(5); // not flagged: a live lock of a fixed node
+    expect(rowOf(awkward)[4]).toBe(`task ${0x0d0a005c2a3f5b5dn}`);
+
+    // Not locks: the rate-limit counter, the short 0x17 key, application keys.
+    expect(result.stdout).not.toContain(describeKey(rateLimit));
+    expect(result.stdout).not.toContain(describeKey(shortTask));
+    expect(result.stdout).not.toContain('user:1');
+    expect(result.stdout).not.toContain('lock:text');
+  });
+
+  it('--json: one object per key, with the key escaped and in hex', async () => {
+    const result = await runOp(locks, [...upstreamArgs, '--json']);
+    expect(result.code).toBe(0);
+    const rows = lines(result.stdout).map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(rows).toHaveLength(6);
+    const byHex = new Map(rows.map((row) => [row.key_hex, row]));
+    expect(byHex.get(bumped.toString('hex'))).toEqual({
+      key: describeKey(bumped),
+      key_hex: bumped.toString('hex'),
+      rule: 'stalwart-task-lock',
+      counter: 3,
+      deadline: null,
+      value: null,
+      pttl_ms: expect.any(Number),
+      what: 'task 777',
+      flagged: true,
+      flags: ['likely abandoned (counter 3: other nodes tried to take it)'],
+    });
+    expect(byHex.get(queue42.toString('hex'))).toMatchObject({ what: 'queue message 42 in queue "local"', flagged: false, flags: [] });
+    expect(byHex.get(noTtl.toString('hex'))).toMatchObject({ pttl_ms: -1, flagged: true, flags: ['no expiry: never expires'] });
+    expect(byHex.get(fixedNode.toString('hex'))).toMatchObject({ counter: null, deadline: expect.any(Number), flagged: false });
+  });
+
+  it('--release with an escaped binary key deletes exactly that key', async () => {
+    const escaped = describeKey(awkward);
+    expect(escaped).toBe('\\x17\\x0d\\x0a\\x00\\x5c*?[]');
+    const result = await runOp(locks, [...upstreamArgs, '--release', escaped]);
+    expect(result.code).toBe(0);
+    expect(lines(result.stdout)).toEqual([
+      expect.stringMatching(/^will delete \\x17\\x0d\\x0a\\x00\\x5c\*\?\[\]: stalwart-task-lock, task \d+, counter 1, ttl \d+\.\ds$/),
+      `deleted ${escaped}`,
+    ]);
+    expect(await adminInt('EXISTS', awkward)).toBe(0);
+    expect(await adminInt('DBSIZE')).toBe(9);
+  });
+
+  it('--release: several keys; a missing one is reported, a key no rule names is refused', async () => {
+    const result = await runOp(locks, [
+      ...upstreamArgs,
+      '--release',
+      describeKey(task1234),
+      describeKey(taskLockKey(1n)),
+      '--release',
+      'user:1',
+    ]);
+    expect(result.code).toBe(1);
+    expect(lines(result.stdout)).toEqual([
+      expect.stringMatching(/^will delete \\x17\\x00\\x00\\x00\\x00\\x00\\x00\\x04\\xd2: stalwart-task-lock, task 1234,/),
+      expect.stringMatching(/^not found \\x17(\\x00){7}\\x01 \(task 1\): nothing to delete$/),
+      'refused user:1: no rule names this key, so it is not a lock; not deleted',
+      `deleted ${describeKey(task1234)}`,
+    ]);
+    expect(await adminInt('EXISTS', task1234)).toBe(0);
+    expect(await adminInt('EXISTS', 'user:1')).toBe(1);
+  });
+
+  it('--release refuses a malformed escape before touching anything', async () => {
+    const result = await runOp(locks, [...upstreamArgs, '--release', describeKey(task1234), '--release', '\\x1']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('invalid escape');
+    expect(await adminInt('EXISTS', task1234)).toBe(1);
+  });
+
+  it('--release-abandoned without --yes lists what it would delete and deletes nothing', async () => {
+    const before = await adminInt('DBSIZE');
+    const result = await runOp(locks, [...upstreamArgs, '--release-abandoned']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe('locks: nothing deleted: add --yes to delete these 2 key(s)\n');
+    const out = lines(result.stdout);
+    expect(out[0]).toBe('would delete 2 lock key(s):');
+    expect(out.slice(2).map((line) => line.split(/ {2,}/)[0]).sort()).toEqual([describeKey(bumped), describeKey(noTtl)].sort());
+    expect(await adminInt('DBSIZE')).toBe(before);
+  });
+
+  it('--release-abandoned --yes deletes only the flagged keys', async () => {
+    const before = await adminInt('DBSIZE');
+    const result = await runOp(locks, [...upstreamArgs, '--release-abandoned', '--yes']);
+    expect(result.code).toBe(0);
+    const out = lines(result.stdout);
+    expect(out).toHaveLength(2);
+    expect(out).toContainEqual(
+      expect.stringMatching(
+        /^deleted \\x17(\\x00){6}\\x03\\x09: stalwart-task-lock, task 777, counter 3, ttl \d+\.\ds, likely abandoned \(counter 3: other nodes tried to take it\)$/,
+      ),
+    );
+    expect(out).toContainEqual(
+      'deleted \\x17\\x00\\x00\\x00\\x00\\x00\\x00\\x02+: stalwart-task-lock, task 555, counter 1, ttl none, no expiry: never expires',
+    );
+    expect(await adminInt('EXISTS', bumped)).toBe(0);
+    expect(await adminInt('EXISTS', noTtl)).toBe(0);
+    expect(await adminInt('DBSIZE')).toBe(before - 2);
+    for (const key of [task1234, queue42, fixedNode, awkward, rateLimit, shortTask]) {
+      expect(await adminInt('EXISTS', key), describeKey(key)).toBe(1);
+    }
+  });
+
+  it('--release-abandoned re-checks each key: one changed since it was read is left alone', async () => {
+    const client = new Redis(connectionOptions(parseUpstreamUrl(redis.url)));
+    try {
+      await client.connect();
+      const rules = loadRules([STALWART_RULES]);
+      const flagged = (await listLocks(client, rules, 1000)).filter((row) => row.flags.length > 0);
+      expect(flagged.map((row) => row.key.toString('hex')).sort()).toEqual([bumped, noTtl].map((k) => k.toString('hex')).sort());
+      // Meanwhile: another loser bumps 777; 555 expires and a new owner takes it, and a loser bumps it to 1 again... (same value, fresh TTL).
+      expect(await attemptViaProxy(bumped, 3600)).toBe(4);
+      await adminCall('DEL', noTtl);
+      await adminCall('SET', noTtl, '1', 'EX', '3600');
+      const results = await deleteUnchanged(client, flagged);
+      expect(results).toEqual(['changed', 'changed']);
+      expect(await adminGet(bumped)).toBe('4');
+      expect(await adminInt('EXISTS', noTtl)).toBe(1);
+
+      // A key whose expiry went up without a change of value was re-armed by someone: left alone too.
+      await adminCall('SET', 'lock:x', '5', 'PX', '10000');
+      const onlyX = writeRules('only-x.yaml', 'rules:\n  - name: x\n    prefix: "lock:x"\n');
+      const rows = await listLocks(client, loadRules([onlyX]), 1000);
+      expect(rows).toHaveLength(1);
+      await adminCall('PEXPIRE', 'lock:x', '60000');
+      expect(await deleteUnchanged(client, rows)).toEqual(['changed']);
+      await adminCall('PEXPIRE', 'lock:x', '5000');
+      expect(await deleteUnchanged(client, rows)).toEqual(['deleted']);
+      expect(await deleteUnchanged(client, rows)).toEqual(['gone']);
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('flags a fixed node lock whose deadline passed long ago but that still exists (expiry re-armed)', async () => {
+    const stale = taskLockKey(31n);
+    await adminCall('SET', stale, String(Math.floor(Date.now() / 1000) - 600), 'EX', '3600');
+    const result = await runOp(locks, [...upstreamArgs, '--json']);
+    const row = lines(result.stdout)
+      .map((line) => JSON.parse(line) as { key_hex: string; flags: string[] })
+      .find((r) => r.key_hex === stale.toString('hex'));
+    expect(row?.flags).toEqual([expect.stringMatching(/^likely abandoned \(deadline passed \d+s ago but the expiry was re-armed\)$/)]);
+  });
+
+  it('finds the locks among 20k other keys with SCAN, never KEYS, also with a small --count', async () => {
+    const filler = new Redis(connectionOptions(parseUpstreamUrl(redis.url)));
+    try {
+      await filler.connect();
+      for (let start = 0; start < 20_000; start += 1000) {
+        const args: string[] = [];
+        for (let i = start; i < start + 1000; i++) args.push(`unrelated:${i}`, 'v');
+        await filler.mset(...args);
+      }
+      // Near misses: prefix bytes of the locks, wrong lengths.
+      for (let i = 0; i < 100; i++) await filler.set(Buffer.concat([Buffer.from([0x17]), Buffer.from(`x${i}`)]), '1');
+    } finally {
+      filler.disconnect();
+    }
+    expect(await adminInt('DBSIZE')).toBe(20_000 + 100 + 10);
+    await adminCall('CONFIG', 'RESETSTAT');
+
+    for (const extra of [[], ['--count', '10']]) {
+      const result = await runOp(locks, [...upstreamArgs, '--json', ...extra]);
+      expect(result.code).toBe(0);
+      const hexes = lines(result.stdout).map((line) => (JSON.parse(line) as { key_hex: string }).key_hex);
+      expect(hexes.sort()).toEqual([task1234, queue42, bumped, noTtl, fixedNode, awkward].map((k) => k.toString('hex')).sort());
+    }
+    const stats = await adminCall('INFO', 'commandstats');
+    expect(stats).toContain('cmdstat_scan:');
+    expect(stats).not.toContain('cmdstat_keys:');
+  });
+
+  it('connects as the proxy would: password, database and unix socket from the URL', async () => {
+    const socketDir = mkdtempSync(path.join(os.tmpdir(), 'rlp-sock-'));
+    const socket = path.join(socketDir, 'redis.sock');
+    const secured = await startRedis({ password: 'p@ss/word', args: ['--unixsocket', socket, '--unixsocketperm', '700'] });
+    try {
+      const setup = new Redis({ port: secured.port, host: '127.0.0.1', password: 'p@ss/word', db: 3, lazyConnect: true });
+      await setup.connect();
+      await setup.incrby(task1234, 1);
+      await setup.expire(task1234, 3600);
+      setup.disconnect();
+
+      for (const url of [
+        `redis://:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
+        `redis://default:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
+        `unix://${socket}?db=3&password=${encodeURIComponent('p@ss/word')}`,
+      ]) {
+        const result = await runOp(locks, ['--upstream', url, '--rules', STALWART_RULES]);
+        expect(result.stderr, url).toBe('');
+        expect(result.stdout, url).toContain('task 1234');
+      }
+      // The upstream URL also comes from the environment, as for the proxy.
+      const fromEnv = await runOp(locks, ['--rules', STALWART_RULES], {
+        REDIS_LOCK_PROXY_UPSTREAM: `redis://:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
+      });
+      expect(fromEnv.stdout).toContain('task 1234');
+
+      const noAuth = await runOp(locks, ['--upstream', `redis://127.0.0.1:${secured.port}/3`, '--rules', STALWART_RULES]);
+      expect(noAuth.code).toBe(1);
+      expect(noAuth.stderr).toMatch(/NOAUTH/);
+    } finally {
+      await secured.stop();
+      rmSync(socketDir, { recursive: true, force: true });
+    }
+  });
+
+  it('exits 1 with one line when Redis is unreachable, and 2 for bad options', async () => {
+    const port = await freePort();
+    const down = await runOp(locks, ['--upstream', `redis://127.0.0.1:${port}`, '--rules', STALWART_RULES]);
+    expect(down).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `locks: cannot connect to redis://127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}\n`,
+    });
+    expect((await runOp(locks, ['--bogus'])).code).toBe(2);
+    expect((await runOp(locks, ['--upstream', 'http://x'])).code).toBe(2);
+    expect((await runOp(locks, ['--yes'])).code).toBe(2);
+    expect((await runOp(locks, ['stray'])).code).toBe(2);
+    expect((await runOp(locks, ['--count', '0'])).code).toBe(2);
+    expect((await runOp(locks, ['--release', 'a', '--release-abandoned'])).code).toBe(2);
+    const help = await runOp(locks, ['--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^Usage: redis-lock-proxy locks/);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Units: escaping and decoding
+// ---------------------------------------------------------------------------------------------
+
+describe('unescapeKey', () => {
+  it('is the inverse of describeKey for keys up to 64 bytes, and of escapeKey for any key', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 0, maxLength: 64 }), (bytes) => {
+        const key = Buffer.from(bytes);
+        expect(escapeKey(key)).toBe(describeKey(key));
+        expect(unescapeKey(describeKey(key)).equals(key)).toBe(true);
+      }),
+      { numRuns: 2000 },
+    );
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 0, maxLength: 300 }), (bytes) => {
+        const key = Buffer.from(bytes);
+        expect(unescapeKey(escapeKey(key)).equals(key)).toBe(true);
+      }),
+    );
+  });
+
+  it('reads escapes in either case, text as UTF-8, and refuses bad escapes and cut-short keys', () => {
+    expect(unescapeKey('\\x17\\xAB\\xcdz')).toEqual(Buffer.from([0x17, 0xab, 0xcd, 0x7a]));
+    expect(unescapeKey('lock:café')).toEqual(Buffer.from('lock:café', 'utf8'));
+    expect(() => unescapeKey('a\\x1')).toThrow(/invalid escape/);
+    expect(() => unescapeKey('a\\n')).toThrow(/invalid escape/);
+    expect(() => unescapeKey('\\')).toThrow(/invalid escape/);
+    const long = Buffer.alloc(100, 0x41);
+    expect(() => unescapeKey(describeKey(long))).toThrow(/cut short/);
+    // The same text on a short key is just text.
+    expect(unescapeKey('ab...(+36 bytes)').toString()).toBe('ab...(+36 bytes)');
+  });
+});
+
+describe('describeLockKey', () => {
+  it('decodes Stalwart task and queue lock keys', () => {
+    expect(describeLockKey(taskLockKey(1234n), 'stalwart-task-lock')).toBe('task 1234');
+    expect(describeLockKey(taskLockKey(2n ** 64n - 1n), 'stalwart-task-lock')).toBe('task 18446744073709551615');
+    expect(describeLockKey(queueLockKey(42n, 'local'), 'stalwart-queue-lock')).toBe('queue message 42 in queue "local"');
+    expect(describeLockKey(queueLockKey(7n, 'remote12'), 'stalwart-queue-lock')).toBe('queue message 7 in queue "remote12"');
+    expect(describeLockKey(queueLockKey(7n, ''), 'stalwart-queue-lock')).toBe('queue message 7 in queue ""');
+    const odd = Buffer.concat([queueLockKey(9n, '').subarray(0, 9), Buffer.from([0x61, 0x22, 0x0a, 0x00, 0x5c, 0xff, 0, 0])]);
+    expect(describeLockKey(odd, 'stalwart-queue-lock')).toBe('queue message 9 in queue "a\\x22\\x0a\\x00\\x5c\\xff"');
+  });
+
+  it('describes any other key by its rule name', () => {
+    expect(describeLockKey(Buffer.from('lock:x'), 'test-lock')).toBe('test-lock');
+    expect(describeLockKey(Buffer.from([0x17, 1]), 'stalwart-task-lock')).toBe('stalwart-task-lock');
+  });
+});
+
+describe('globPatternFor', () => {
+  it('escapes the glob characters of a prefix and matches everything after it', () => {
+    expect(globPatternFor(Buffer.from('a*b?c[d]e\\f')).toString('latin1')).toBe('a\\*b\\?c\\[d\\]e\\\\f*');
+    expect(globPatternFor(Buffer.from([0x17]))).toEqual(Buffer.from([0x17, 0x2a]));
+    expect(globPatternFor(Buffer.alloc(0))).toEqual(Buffer.from('*'));
+  });
+});
