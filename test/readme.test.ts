@@ -1,0 +1,31 @@
+/**
+ * The README is the front door: every setting the proxy has is documented
+ * there, with its environment variable, and every flag it mentions exists.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { envName, OPTIONS } from '../src/config.js';
+
+const README = fs.readFileSync(path.resolve(import.meta.dirname, '../README.md'), 'utf8');
+const EXTRA_FLAGS = ['config', 'print-config', 'help', 'version'];
+/** Flags of the subcommands and of other programs quoted in the README. */
+const OTHER_FLAGS = new Set(['via', 'timeout-ms', 'user', 'password', 'verbose', 'count', 'json', 'release', 'release-abandoned', 'yes', 'build-arg', 'signal', 'force-recreate', 'from-file', 'network', 'env-file', 'pipe', 'name', 'appendonly']);
+
+describe('README', () => {
+  it('documents every setting, its flag and its environment variable', () => {
+    for (const name of Object.keys(OPTIONS)) {
+      expect(README, `--${name}`).toContain(`--${name}`);
+      const variable = envName(name);
+      const short = variable.replace(/^(REDIS_LOCK_PROXY_\w+?)_(KEY|PASSWORD)$/, '_$2');
+      expect(README.includes(variable) || README.includes(short), variable).toBe(true);
+    }
+  });
+
+  it('mentions no flag the proxy does not have', () => {
+    const known = new Set([...Object.keys(OPTIONS), ...EXTRA_FLAGS, ...OTHER_FLAGS]);
+    const mentioned = new Set([...README.matchAll(/`[^`]*?--([a-z][a-z-]+)/g)].map((m) => m[1]));
+    const unknown = [...mentioned].filter((flag) => !known.has(flag));
+    expect(unknown).toEqual([]);
+  });
+});
