@@ -101,6 +101,28 @@ describe('admin endpoints', () => {
   });
 });
 
+describe('signals', () => {
+  it('waits for a busy connection on SIGTERM, and exits at once on a second signal', async () => {
+    const { cli, port } = await startCli(['--shutdown-timeout-ms', '30000']);
+    try {
+      const blocked = await RawClient.connect(port);
+      blocked.write(cmd('BLPOP', 'signals:never', '0'));
+      await new Promise((r) => setTimeout(r, 100));
+      cli.kill('SIGTERM');
+      await cli.waitForLog('shutting down: finishing in-flight requests');
+      await new Promise((r) => setTimeout(r, 200));
+      expect(blocked.isClosed).toBe(false); // still waiting for its reply
+      cli.kill('SIGTERM');
+      const exit = await cli.exited;
+      expect(exit.code).toBe(1);
+      expect(cli.logLines().some((l) => l.msg === 'second signal: exiting now')).toBe(true);
+      await blocked.readUntilClosed(2000);
+    } finally {
+      await cli.stop();
+    }
+  });
+});
+
 describe('rule reload', () => {
   it('reloads on SIGHUP, refuses a broken file and keeps the old rules', async () => {
     const rules = writeTmp('hup.yaml', RULES);

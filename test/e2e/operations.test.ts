@@ -100,6 +100,12 @@ describe('TLS', () => {
     expect(replies).toMatch(/^-ERR redis-lock-proxy: upstream rediss:\/\/127\.0\.0\.1:\d+ is unreachable: .*certificate/);
   });
 
+  it('verifies the name given with servername (SNI) instead of the URL host', async () => {
+    const ca = certs.read(certs.caCert);
+    expect(await throughTlsUpstream(tlsPort, { ca, servername: 'localhost', insecure: false })).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n');
+    expect(await throughTlsUpstream(tlsPort, { ca, servername: 'redis.example', insecure: false })).toMatch(/is unreachable: .*redis\.example/);
+  });
+
   it('connects anyway with the insecure option', async () => {
     const replies = await throughTlsUpstream(tlsPort, { insecure: true });
     expect(replies).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n');
