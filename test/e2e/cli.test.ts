@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cli, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
-import { cmd, RawClient } from '../support/resp.js';
+import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
 const VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
@@ -35,15 +35,6 @@ afterAll(async () => {
 // Running the CLI
 // ---------------------------------------------------------------------------
 
-async function exchange(port: number, bytes: Buffer, replies: number): Promise<string> {
-  const client = await RawClient.connect(port);
-  try {
-    client.write(bytes);
-    return (await client.readReplies(replies)).toString('latin1');
-  } finally {
-    await client.close();
-  }
-}
 
 function writeTmp(name: string, text: string): string {
   const file = path.join(tmp, name);

@@ -10,7 +10,7 @@ import { spawn } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { cmd, RawClient } from '../support/resp.js';
+import { RawClient } from '../support/resp.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { lockAttempt } from '../support/stalwart.js';
 
@@ -36,14 +36,9 @@ beforeEach(async () => {
   await adminCall('FLUSHALL');
 });
 
-async function adminCall(...args: (string | Buffer)[]): Promise<string> {
-  admin.write(cmd(...args));
-  return (await admin.readReplies(1)).toString('latin1');
-}
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
 
-async function pttl(key: Buffer | string): Promise<number> {
-  return Number(/^:(-?\d+)/.exec(await adminCall('PTTL', key))?.[1]);
-}
+const pttl = (key: Buffer | string): Promise<number> => admin.pttl(key);
 
 async function ioredis(port: number): Promise<Redis> {
   const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0 });

@@ -26,14 +26,9 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-async function adminCall(...args: (string | Buffer)[]): Promise<string> {
-  admin.write(cmd(...args));
-  return (await admin.readReplies(1)).toString('latin1');
-}
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
 
-async function pttl(key: string): Promise<number> {
-  return Number(/^:(-?\d+)/.exec(await adminCall('PTTL', key))?.[1]);
-}
+const pttl = (key: Buffer | string): Promise<number> => admin.pttl(key);
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 

@@ -31,7 +31,7 @@ import { loadRules } from '../../src/rules/loader.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
 import { STALWART_RULES, startTestProxy, TEST_RULES, type TestProxy } from '../support/proxy.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
-import { cmd, RawClient } from '../support/resp.js';
+import { RawClient } from '../support/resp.js';
 import { counterOf, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
 let redis: RedisServer;
@@ -85,10 +85,7 @@ function writeRules(name: string, text: string): string {
   return file;
 }
 
-async function adminCall(...args: (string | Buffer)[]): Promise<string> {
-  admin.write(cmd(...args));
-  return (await admin.readReplies(1)).toString('latin1');
-}
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
 
 async function adminInt(...args: (string | Buffer)[]): Promise<number> {
   const reply = await adminCall(...args);

@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
-import { cmd, RawClient } from '../support/resp.js';
+import { cmd, exchange, RawClient } from '../support/resp.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
@@ -51,21 +51,8 @@ beforeEach(async () => {
 // Helpers
 // ---------------------------------------------------------------------------
 
-async function adminCall(...args: (string | Buffer)[]): Promise<string> {
-  admin.write(cmd(...args));
-  return (await admin.readReplies(1)).toString('latin1');
-}
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
 
-/** Sends `bytes` on a fresh connection to `port` and returns exactly `replies` replies. */
-async function exchange(port: number, bytes: Buffer, replies: number): Promise<string> {
-  const client = await RawClient.connect(port);
-  try {
-    client.write(bytes);
-    return (await client.readReplies(replies)).toString('latin1');
-  } finally {
-    await client.close();
-  }
-}
 
 /** Sends `bytes` on a fresh connection and returns everything received until the server closes it. */
 async function untilClosed(port: number, bytes: Buffer): Promise<string> {

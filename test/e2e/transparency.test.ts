@@ -42,10 +42,7 @@ async function flushAll(): Promise<void> {
   expect((await admin.readReplies(1)).toString()).toBe('+OK\r\n');
 }
 
-async function adminCall(...args: (string | Buffer)[]): Promise<string> {
-  admin.write(cmd(...args));
-  return (await admin.readReplies(1)).toString('latin1');
-}
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
 
 // ---------------------------------------------------------------------------
 // Deterministic PRNG

@@ -203,6 +203,17 @@ export class RawClient {
     return this.closed;
   }
 
+  /** Sends one command and returns its reply as text (latin1, byte for byte). */
+  async call(...args: (string | Buffer)[]): Promise<string> {
+    this.write(cmd(...args));
+    return (await this.readReplies(1)).toString('latin1');
+  }
+
+  /** The key's PTTL in milliseconds (-1: no expiry, -2: no key). */
+  async pttl(key: string | Buffer): Promise<number> {
+    return Number(/^:(-?\d+)/.exec(await this.call('PTTL', key))?.[1]);
+  }
+
   /** Queues bytes; write errors surface in the next read. */
   write(bytes: Buffer | string): void {
     this.socket.write(bytes);
@@ -358,4 +369,15 @@ function pause(delayMs: number): Promise<void> {
   return new Promise((resolve) =>
     delayMs > 0 ? setTimeout(resolve, delayMs) : setImmediate(resolve),
   );
+}
+
+/** Sends `bytes` on a fresh connection to `port` and returns exactly `replies` replies as text. */
+export async function exchange(port: number, bytes: Buffer, replies: number): Promise<string> {
+  const client = await RawClient.connect(port);
+  try {
+    client.write(bytes);
+    return (await client.readReplies(replies)).toString('latin1');
+  } finally {
+    await client.close();
+  }
 }
