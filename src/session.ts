@@ -68,7 +68,7 @@ let nextSessionId = 1;
 
 export class Session {
   readonly id = nextSessionId++;
-  private readonly log: Logger;
+  private logger: Logger | undefined;
   private readonly upstream: net.Socket;
   /** The upstream address dialled (the master of the moment, with sentinel). */
   readonly upstreamAddress: string;
@@ -109,13 +109,18 @@ export class Session {
   private replyPipe = false;
   private readonly fallbackReasonsLogged = new Set<string>();
 
+  /** This connection's logger, made on first use: most connections never log, and child loggers cost memory. */
+  private get log(): Logger {
+    this.logger ??= this.ctx.log.child({ conn: this.id, client: `${this.client.remoteAddress ?? 'local'}:${this.client.remotePort ?? ''}` });
+    return this.logger;
+  }
+
   constructor(
     private readonly client: net.Socket,
     private readonly ctx: ProxyContext,
     /** Called once when both sockets are closed. */
     private readonly onClosed: (session: Session) => void = () => {},
   ) {
-    this.log = ctx.log.child({ conn: this.id, client: `${client.remoteAddress ?? 'local'}:${client.remotePort ?? ''}` });
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
     this.scanner = new RequestScanner(ctx.maxFrameBytes);
@@ -126,7 +131,7 @@ export class Session {
     const { socket, readyEvent, address } = ctx.upstream.connect();
     this.upstream = socket;
     this.upstreamAddress = address;
-    this.log.debug({ upstream: address }, 'client connected');
+    if (ctx.log.isLevelEnabled('debug')) this.log.debug({ upstream: address }, 'client connected');
     this.upstream.setTimeout(ctx.connectTimeoutMs);
     this.upstream.on(readyEvent, () => this.onUpstreamConnect());
     this.startSetup();
@@ -270,7 +275,7 @@ export class Session {
     this.ctx.stats.connectionsOpen--;
     this.client.destroy();
     this.upstream.destroy();
-    this.log.debug('connection closed');
+    if (this.ctx.log.isLevelEnabled('debug')) this.log.debug('connection closed');
     this.onClosed(this);
   }
 
@@ -309,9 +314,8 @@ export class Session {
       this.stalled.push(chunk);
       return;
     }
-    this.upstream.cork();
+    // Usually one write per chunk, so no cork: corking costs more than it saves for a single write.
     this.processClientChunk(chunk);
-    this.upstream.uncork();
   }
 
   private processClientChunk(chunk: Buffer): void {
@@ -399,7 +403,7 @@ export class Session {
       this.partial.push(chunk.subarray(start));
       return;
     }
-    this.writeUpstream(chunk.subarray(from));
+    this.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
   }
 
   private canStartBlock(): boolean {
@@ -423,7 +427,7 @@ export class Session {
 
   private flushPartial(): void {
     if (this.partial.length === 0) return;
-    for (const bytes of this.partial) this.writeUpstream(bytes);
+    this.writeUpstream(joined(this.partial));
     this.partial = [];
   }
 
@@ -538,7 +542,7 @@ export class Session {
     this.ctx.stats.countRelease(reason);
     const held = this.held;
     this.held = [];
-    for (const bytes of held) this.writeUpstream(bytes);
+    this.writeUpstream(joined(held));
     this.accountHeldFrames();
   }
 
@@ -616,9 +620,7 @@ export class Session {
     }
     const held = this.held;
     this.held = [];
-    this.upstream.cork();
-    for (const bytes of held) this.writeUpstream(bytes);
-    this.upstream.uncork();
+    this.writeUpstream(joined(held));
     this.outstanding += 4;
   }
 
@@ -645,9 +647,7 @@ export class Session {
       this.writeClient(chunk);
       return;
     }
-    this.client.cork();
     this.processReplyChunk(chunk);
-    this.client.uncork();
     if (this.draining) this.closeIfDrained();
   }
 
@@ -657,6 +657,8 @@ export class Session {
     let pos = 0;
     /** Start of the bytes of this chunk not yet forwarded or captured. */
     let from = 0;
+    /** Corked once the proxy's own reply is found: then several writes follow. */
+    let corked = false;
     while (pos < chunk.length && !this.replyPipe && !this.client.destroyed) {
       if (this.captures.length === 0 || this.outstanding > 0) {
         const limit = this.captures.length === 0 ? Number.MAX_SAFE_INTEGER : this.outstanding;
@@ -671,6 +673,10 @@ export class Session {
       pos = scanner.scan(chunk, pos, 1, true);
       if (scanner.error !== '') return this.replyDesync(chunk, from, scanner.error);
       if (scanner.isPush) continue;
+      if (!corked) {
+        this.client.cork();
+        corked = true;
+      }
       this.writeClient(chunk.subarray(from, frameBegin));
       this.captureParts.push(chunk.subarray(frameBegin, pos));
       from = pos;
@@ -681,7 +687,8 @@ export class Session {
         capture(reply);
       }
     }
-    this.writeClient(chunk.subarray(from));
+    this.writeClient(from === 0 ? chunk : chunk.subarray(from));
+    if (corked) this.client.uncork();
   }
 
   /** More replies than requests: something the proxy did not account for. It stops interpreting. */
@@ -709,4 +716,9 @@ export class Session {
     this.client.destroy();
     this.upstream.destroy();
   }
+}
+
+/** One buffer for several (held bytes are small), so that they go out in one write. */
+function joined(parts: Buffer[]): Buffer {
+  return parts.length === 1 ? parts[0] : Buffer.concat(parts);
 }

@@ -251,7 +251,9 @@ export class RequestScanner {
         case State.Body: {
           const n = Math.min(this.bodyLeft, end - pos);
           if (this.captureTarget !== null) {
-            buf.copy(this.captureTarget, this.captured, pos, pos + n);
+            // Captures are a few bytes: a plain loop beats Buffer#copy's call overhead.
+            const target = this.captureTarget;
+            for (let i = 0; i < n; i++) target[this.captured + i] = buf[pos + i];
             this.captured += n;
           }
           this.bodyLeft -= n;
