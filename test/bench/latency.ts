@@ -1,0 +1,133 @@
+/**
+ * Round-trip latency at pipeline 1: what a single request costs when nothing
+ * else is queued, i.e. what the proxy adds per hop.
+ *
+ * One connection per target, and the round trips rotate over the targets
+ * (direct, proxy, haproxy, nutcracker, direct, ...) with only one request in
+ * flight at any time: a hiccup of the machine then lands on every target
+ * alike instead of on whichever target happened to be measured at the time,
+ * which matters for p99 on a small shared machine.
+ *
+ * Requests alternate PING and GET of a small value (stored by the warm-up
+ * SET), each sent from the previous reply's handler as a client library
+ * would. Times come from process.hrtime.bigint() into typed arrays;
+ * percentiles are nearest-rank.
+ *
+ * Runs as its own process (worker.ts): `runLatency()` spawns this file.
+ */
+import { Buffer } from 'node:buffer';
+import net from 'node:net';
+import process from 'node:process';
+import { HOST, type Target, type TargetName } from './processes.js';
+import { ReplyCounter } from './resp-counter.js';
+import { isMain, runWorker, workerMain } from './worker.js';
+
+export interface LatencyOptions {
+  targets: Target[];
+  /** Untimed round trips per target first. */
+  warmup: number;
+  /** Timed round trips per target. */
+  roundTrips: number;
+}
+
+/** Microseconds. */
+export interface LatencyResult {
+  p50: number;
+  p99: number;
+  p999: number;
+  mean: number;
+  min: number;
+  max: number;
+  roundTrips: number;
+}
+
+export type LatencyResults = Partial<Record<TargetName, LatencyResult>>;
+
+export function runLatency(options: LatencyOptions): Promise<LatencyResults> {
+  return runWorker<LatencyResults>(import.meta.url, options, 300_000);
+}
+
+const KEY = 'bench:latency';
+const SET = Buffer.from(`*3\r\n$3\r\nSET\r\n$${KEY.length}\r\n${KEY}\r\n$32\r\n${'x'.repeat(32)}\r\n`);
+const REQUESTS = [
+  Buffer.from('*1\r\n$4\r\nPING\r\n'),
+  Buffer.from(`*2\r\n$3\r\nGET\r\n$${KEY.length}\r\n${KEY}\r\n`),
+];
+
+/** Nearest-rank percentile of sorted samples. */
+export function percentile(sorted: Float64Array, p: number): number {
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1];
+}
+
+function summarize(samples: Float64Array): LatencyResult {
+  samples.sort();
+  let sum = 0;
+  for (const s of samples) sum += s;
+  return {
+    p50: percentile(samples, 50),
+    p99: percentile(samples, 99),
+    p999: percentile(samples, 99.9),
+    mean: sum / samples.length,
+    min: samples[0],
+    max: samples[samples.length - 1],
+    roundTrips: samples.length,
+  };
+}
+
+function connect(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, HOST);
+    socket.setNoDelay(true);
+    socket.once('connect', () => {
+      socket.off('error', reject);
+      resolve(socket);
+    });
+    socket.once('error', reject);
+  });
+}
+
+async function measure(options: LatencyOptions): Promise<LatencyResults> {
+  const { targets, warmup, roundTrips } = options;
+  const sockets = await Promise.all(targets.map((t) => connect(t.port)));
+  const samples = targets.map(() => new Float64Array(roundTrips));
+  const counters = targets.map(() => new ReplyCounter());
+  // Step -1 is the SET that stores the GET's value; steps 0..warmup-1 warm
+  // up; the rest are timed. Within a step, every target in turn.
+  const steps = warmup + roundTrips;
+
+  return new Promise<LatencyResults>((resolve, reject) => {
+    let step = -1;
+    let current = 0;
+    let t0 = 0n;
+    const send = (): void => {
+      t0 = process.hrtime.bigint();
+      sockets[current].write(step < 0 ? SET : REQUESTS[step & 1]);
+    };
+    const finish = (): void => {
+      for (const socket of sockets) socket.destroy();
+      const errors = counters.reduce((sum, c) => sum + c.errors, 0);
+      if (errors > 0) return reject(new Error(`${errors} error replies`));
+      const results: LatencyResults = {};
+      targets.forEach((t, i) => (results[t.name] = summarize(samples[i])));
+      resolve(results);
+    };
+    sockets.forEach((socket, i) => {
+      socket.on('data', (chunk: Buffer) => {
+        // Pipeline 1: a chunk holds at most the one reply we wait for.
+        if (counters[i].feed(chunk) === 0) return;
+        const t1 = process.hrtime.bigint();
+        if (i !== current) return reject(new Error(`a reply from ${targets[i].name} nobody asked for`));
+        if (step >= warmup) samples[i][step - warmup] = Number(t1 - t0) / 1_000;
+        current = (current + 1) % sockets.length;
+        if (current === 0) step++;
+        if (step === steps) return finish();
+        send();
+      });
+      socket.on('error', reject);
+    });
+    send();
+  });
+}
+
+if (isMain(import.meta.url)) workerMain(measure);

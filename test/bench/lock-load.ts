@@ -1,0 +1,254 @@
+/**
+ * Lock acquisition load, shaped like Stalwart's connection pool.
+ *
+ * N connections, each multiplexing requests: per 5 requests, one exact
+ * Stalwart lock block (MULTI / INCRBY key 1 / EXPIRE key 3600 / EXEC, written
+ * as ONE buffer as redis-rs writes an atomic pipeline) and 4 others rotating
+ * over PING, GET and SETEX. Lock keys are 0x17 + a u64 big-endian id from a
+ * pool of 1,000, so after the first thousand attempts every attempt loses
+ * (counter > 1): the contended case the proxy exists for.
+ *
+ * Depth 1 sends a request, waits for all of its replies (4 for a lock block),
+ * then sends the next; depth 16 keeps 16 requests in flight per connection.
+ * A lock block counts as one request. Every request is encoded once up front
+ * and replies are only counted (resp-counter.ts), so the generator itself
+ * allocates next to nothing per request.
+ *
+ * Runs as its own process (worker.ts): `runLockLoad()` spawns this file.
+ */
+import { Buffer } from 'node:buffer';
+import net from 'node:net';
+import process from 'node:process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { HOST } from './processes.js';
+import { ReplyCounter } from './resp-counter.js';
+import { isMain, runWorker, workerMain } from './worker.js';
+
+export interface LockLoadOptions {
+  port: number;
+  connections: number;
+  /** Requests in flight per connection. */
+  depth: number;
+  warmupMs: number;
+  durationMs: number;
+}
+
+export interface LockLoadResult {
+  /** Requests per second, a lock block counting as one. */
+  rps: number;
+  /** Lock blocks per second (a fifth of rps). */
+  locksPerSecond: number;
+  requests: number;
+  seconds: number;
+  /** Error replies seen during the whole run (should be 0). */
+  errors: number;
+}
+
+const LOCK_IDS = 1_000;
+const OTHER_KEYS = 1_000;
+/** Lock blocks expire after an hour, as Stalwart's task locks do. */
+const LOCK_EXPIRY_SECONDS = 3_600;
+const DRAIN_TIMEOUT_MS = 5_000;
+
+/** Harness side: one run in a child process. */
+export function runLockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
+  return runWorker<LockLoadResult>(import.meta.url, options, options.warmupMs + options.durationMs + 30_000);
+}
+
+function command(...args: (string | Buffer)[]): Buffer {
+  const parts: Buffer[] = [Buffer.from(`*${args.length}\r\n`)];
+  for (const arg of args) {
+    const bytes = typeof arg === 'string' ? Buffer.from(arg) : arg;
+    parts.push(Buffer.from(`$${bytes.length}\r\n`), bytes, Buffer.from('\r\n'));
+  }
+  return Buffer.concat(parts);
+}
+
+/** Stalwart's task lock key: KV_LOCK_TASK (0x17) then the id as u64 big-endian. */
+function taskLockKey(id: bigint): Buffer {
+  const key = Buffer.alloc(9);
+  key[0] = 0x17;
+  key.writeBigUInt64BE(id, 1);
+  return key;
+}
+
+/** The four commands of one attempt, as one buffer. */
+function lockBlock(key: Buffer): Buffer {
+  return Buffer.concat([
+    command('MULTI'),
+    command('INCRBY', key, '1'),
+    command('EXPIRE', key, String(LOCK_EXPIRY_SECONDS)),
+    command('EXEC'),
+  ]);
+}
+
+interface Requests {
+  locks: Buffer[];
+  /** Rotated through in order: PING, GET, SETEX, PING, ... */
+  others: Buffer[];
+}
+
+function encodeRequests(): Requests {
+  const locks: Buffer[] = [];
+  // Spread the ids over the u64 range like real task ids, not 0..999.
+  for (let i = 0; i < LOCK_IDS; i++) locks.push(lockBlock(taskLockKey(0x0001_0000_0000_0000n + BigInt(i) * 7_919n)));
+  const value = Buffer.alloc(64, 'v');
+  const others: Buffer[] = [];
+  for (let i = 0; i < OTHER_KEYS; i++) {
+    const key = `bench:lock-load:${i}`;
+    others.push(command('PING'), command('GET', key), command('SETEX', key, '60', value));
+  }
+  return { locks, others };
+}
+
+/** Totals shared by all connections of this process. */
+interface Totals {
+  requests: number;
+  locks: number;
+  running: boolean;
+}
+
+/**
+ * One pooled connection: a ring of the reply counts it is waiting for, a
+ * position in the 1-in-5 schedule, and its own generator for lock ids.
+ */
+class Connection {
+  private readonly counter = new ReplyCounter();
+  /** Replies expected per request in flight, oldest first. */
+  private readonly expected: Uint8Array;
+  private head = 0;
+  private inFlight = 0;
+  /** Replies still missing for the oldest request. */
+  private missing = 0;
+  private slot: number;
+  private other: number;
+  private seed: number;
+
+  constructor(
+    private readonly socket: net.Socket,
+    private readonly requests: Requests,
+    private readonly depth: number,
+    private readonly totals: Totals,
+    index: number,
+  ) {
+    this.expected = new Uint8Array(depth);
+    // Offsets so the 50 connections do not all send their lock block at once.
+    this.slot = index % 5;
+    this.other = (index * 7) % requests.others.length;
+    this.seed = (index + 1) * 2_654_435_761;
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+  }
+
+  get errors(): number {
+    return this.counter.errors;
+  }
+
+  get idle(): boolean {
+    return this.inFlight === 0;
+  }
+
+  start(): void {
+    this.socket.cork();
+    while (this.inFlight < this.depth) this.send();
+    this.socket.uncork();
+  }
+
+  private send(): void {
+    let replies = 1;
+    if (this.slot === 0) {
+      // xorshift32: a cheap, allocation-free pick from the id pool.
+      let x = this.seed;
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      this.seed = x >>> 0;
+      this.socket.write(this.requests.locks[this.seed % this.requests.locks.length]);
+      replies = 4;
+    } else {
+      this.socket.write(this.requests.others[this.other]);
+      this.other = (this.other + 1) % this.requests.others.length;
+    }
+    this.slot = (this.slot + 1) % 5;
+    this.expected[(this.head + this.inFlight) % this.depth] = replies;
+    if (this.inFlight === 0) this.missing = replies;
+    this.inFlight++;
+  }
+
+  private onData(chunk: Buffer): void {
+    let replies = this.counter.feed(chunk);
+    // Replies of several requests may arrive together: answer them all with one write.
+    this.socket.cork();
+    while (replies > 0) {
+      const take = Math.min(replies, this.missing);
+      replies -= take;
+      this.missing -= take;
+      if (this.missing > 0) break;
+      const done = this.expected[this.head];
+      this.totals.requests++;
+      if (done === 4) this.totals.locks++;
+      this.head = (this.head + 1) % this.depth;
+      this.inFlight--;
+      if (this.totals.running) this.send();
+      this.missing = this.inFlight > 0 ? this.expected[this.head] : 0;
+    }
+    this.socket.uncork();
+    if (replies > 0) throw new Error(`${replies} replies nobody asked for`);
+  }
+}
+
+function connect(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, HOST);
+    socket.setNoDelay(true);
+    socket.once('connect', () => {
+      socket.off('error', reject);
+      resolve(socket);
+    });
+    socket.once('error', reject);
+  });
+}
+
+/** Worker side: the load itself. */
+async function lockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
+  const encoded = encodeRequests();
+  const totals: Totals = { requests: 0, locks: 0, running: true };
+  const sockets = await Promise.all(Array.from({ length: options.connections }, () => connect(options.port)));
+  let failure: Error | null = null;
+  for (const socket of sockets) {
+    socket.on('error', (error) => {
+      failure ??= error;
+    });
+    socket.on('close', () => {
+      if (totals.running) failure ??= new Error('a connection closed during the load');
+    });
+  }
+  const connections = sockets.map((socket, i) => new Connection(socket, encoded, options.depth, totals, i));
+  for (const connection of connections) connection.start();
+
+  await sleep(options.warmupMs);
+  const startRequests = totals.requests;
+  const startLocks = totals.locks;
+  const t0 = process.hrtime.bigint();
+  await sleep(options.durationMs);
+  const requests = totals.requests - startRequests;
+  const locks = totals.locks - startLocks;
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  totals.running = false;
+
+  // Let what is in flight come back, so the target is quiet for the next run.
+  const deadline = Date.now() + DRAIN_TIMEOUT_MS;
+  while (connections.some((c) => !c.idle) && Date.now() < deadline && failure === null) await sleep(10);
+  for (const socket of sockets) socket.destroy();
+  if (failure !== null) throw failure;
+  if (requests === 0) throw new Error('no request completed');
+
+  return {
+    rps: requests / seconds,
+    locksPerSecond: locks / seconds,
+    requests,
+    seconds,
+    errors: connections.reduce((sum, c) => sum + c.errors, 0),
+  };
+}
+
+if (isMain(import.meta.url)) workerMain(lockLoad);

@@ -1,0 +1,455 @@
+/**
+ * `npm run bench`: the proxy against direct Redis, HAProxy (TCP) and
+ * nutcracker, on this machine, in one run. See DESIGN.md section 8.
+ *
+ * Loads are interleaved by round (round 1: direct, proxy, haproxy,
+ * nutcracker; round 2 the same; ...) so that a slow patch of the machine
+ * hits every target alike, and the report takes medians over rounds.
+ *
+ * It is a measurement, not a test: it exits 0 whatever the verdicts, and
+ * non-zero only when the bench itself broke (1) or was interrupted (130).
+ */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import process from 'node:process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { runLatency } from './latency.js';
+import { runLockLoad } from './lock-load.js';
+import { filesNeeded, idleConnections, readProcMemory, slowReader, type StreamOptions } from './memory.js';
+import {
+  findExecutable,
+  haproxyMaxconn,
+  killAllNow,
+  openFilesLimit,
+  repoRoot,
+  startHaproxy,
+  startNutcracker,
+  startProxy,
+  startRedis,
+  stopAll,
+  versionOf,
+  type Managed,
+  type Target,
+  type TargetName,
+} from './processes.js';
+import { runRedisBenchmark, TESTS } from './redis-benchmark.js';
+import {
+  computeMedians,
+  DEPTH,
+  emptyResults,
+  evaluateTargets,
+  PIPELINES,
+  renderReport,
+  type Outcome,
+  type PerTarget,
+  type Results,
+} from './report.js';
+
+const MiB = 1024 * 1024;
+const CLIENTS = 50;
+/** CPU already busy at start (all CPUs together) above which the report warns. */
+const BUSY_WARNING_PERCENT = 10;
+const busyWarning = (percent: number): string =>
+  `WARNING: other processes kept ${percent}% of the CPUs busy before the bench started; figures are noisy`;
+
+/** How much of everything; `--quick` is a smoke run, not a measurement to quote. */
+interface Profile {
+  rounds: number;
+  requestsP1: number;
+  requestsP16: number;
+  /** redis-benchmark -n at -P 16 for the untimed warm-up of each target. */
+  warmupRequests: number;
+  lockWarmupMs: number;
+  lockMs: number;
+  latencyWarmup: number;
+  latencyRoundTrips: number;
+  idleConnections: number;
+  stream: StreamOptions;
+}
+
+// Sized for ~2-5 s per redis-benchmark test (GET, SET, INCR: three per
+// run) against direct Redis on a 2-core machine; a proxied target takes
+// longer. The full run takes 6-10 minutes there.
+const FULL: Profile = {
+  rounds: 3,
+  requestsP1: 150_000,
+  requestsP16: 1_500_000,
+  warmupRequests: 200_000,
+  lockWarmupMs: 500,
+  lockMs: 5_000,
+  latencyWarmup: 2_000,
+  latencyRoundTrips: 20_000,
+  idleConnections: 5_000,
+  stream: { valueBytes: 256 * MiB, bytesPerSecond: 32 * MiB, stallEveryBytes: 64 * MiB, stallMs: 500 },
+};
+
+const QUICK: Profile = {
+  ...FULL,
+  rounds: 1,
+  requestsP1: 20_000,
+  requestsP16: 200_000,
+  warmupRequests: 20_000,
+  lockWarmupMs: 200,
+  lockMs: 1_000,
+  latencyWarmup: 500,
+  latencyRoundTrips: 5_000,
+};
+
+const USAGE = `Usage: npm run bench -- [options]
+
+  --rounds N          rounds of every load, interleaved over the targets (default ${FULL.rounds})
+  --quick             smoke run: 1 round, smaller request counts, 1 s lock loads
+  --json FILE         also write raw and median figures, the machine and the verdicts
+  --requests-p1 N     redis-benchmark -n at pipeline 1 (default ${FULL.requestsP1}, quick ${QUICK.requestsP1})
+  --requests-p16 N    redis-benchmark -n at pipeline 16 (default ${FULL.requestsP16}, quick ${QUICK.requestsP16})
+  --lock-seconds S    duration of each lock load (default ${FULL.lockMs / 1000}, quick ${QUICK.lockMs / 1000})
+  --without PEERS     leave out haproxy and/or nutcracker (comma-separated), as if not installed
+  -h, --help
+`;
+
+/** A broken set-up: the message is enough, no stack. */
+class BenchError extends Error {}
+
+function positive(name: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (!Number.isFinite(value) || value <= 0) throw new BenchError(`--${name} wants a positive number, got ${text}`);
+  return value;
+}
+
+interface Options {
+  profile: Profile;
+  json: string | null;
+  without: Set<string>;
+}
+
+function parseOptions(argv: string[]): Options {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: {
+        rounds: { type: 'string' },
+        quick: { type: 'boolean' },
+        json: { type: 'string' },
+        'requests-p1': { type: 'string' },
+        'requests-p16': { type: 'string' },
+        'lock-seconds': { type: 'string' },
+        without: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }).values;
+  } catch (error) {
+    throw new BenchError(`${(error as Error).message}\n\n${USAGE}`);
+  }
+  if (parsed.help) {
+    process.stdout.write(USAGE);
+    process.exit(0);
+  }
+  const base = parsed.quick ? QUICK : FULL;
+  const without = new Set((parsed.without ?? '').split(',').filter((w) => w !== ''));
+  for (const peer of without) {
+    if (peer !== 'haproxy' && peer !== 'nutcracker') throw new BenchError(`--without takes haproxy and/or nutcracker, not ${peer}`);
+  }
+  const lockSeconds = positive('lock-seconds', parsed['lock-seconds']);
+  return {
+    profile: {
+      ...base,
+      rounds: Math.round(positive('rounds', parsed.rounds) ?? base.rounds),
+      requestsP1: Math.round(positive('requests-p1', parsed['requests-p1']) ?? base.requestsP1),
+      requestsP16: Math.round(positive('requests-p16', parsed['requests-p16']) ?? base.requestsP16),
+      lockMs: lockSeconds !== undefined ? lockSeconds * 1000 : base.lockMs,
+    },
+    json: parsed.json ?? null,
+    without,
+  };
+}
+
+function log(line: string): void {
+  process.stderr.write(line + '\n');
+}
+
+const int = (v: number): string => Math.round(v).toLocaleString('en-US');
+const since = (t0: number): string => `${((Date.now() - t0) / 1000).toFixed(1)} s`;
+
+interface Tools {
+  redisServer: string;
+  redisBenchmark: string;
+  haproxy: string | null;
+  nutcracker: string | null;
+}
+
+function findTools(without: Set<string>): Tools {
+  const redisServer = findExecutable('redis-server');
+  const redisBenchmark = findExecutable('redis-benchmark');
+  if (!redisServer || !redisBenchmark) {
+    throw new BenchError('redis-server and redis-benchmark are needed: apt-get install redis-server redis-tools');
+  }
+  const cli = path.join(repoRoot(), 'dist', 'cli.js');
+  if (!existsSync(cli)) throw new BenchError(`${cli} is missing: npm run build first (npm run bench does)`);
+  return {
+    redisServer,
+    redisBenchmark,
+    haproxy: without.has('haproxy') ? null : findExecutable('haproxy'),
+    nutcracker: without.has('nutcracker') ? null : findExecutable('nutcracker'),
+  };
+}
+
+/**
+ * Share of all CPUs busy over one second before anything starts. On a small
+ * machine another process's load changes every figure, so the report says
+ * when the machine was not idle.
+ */
+async function busyCpuPercent(): Promise<number> {
+  const sample = (): { idle: number; total: number } => {
+    const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal: idle and iowait count as idle.
+    return { idle: fields[3] + (fields[4] ?? 0), total: fields.slice(0, 8).reduce((a, b) => a + b, 0) };
+  };
+  const a = sample();
+  await sleep(1_000);
+  const b = sample();
+  return b.total > a.total ? 100 * (1 - (b.idle - a.idle) / (b.total - a.total)) : 0;
+}
+
+async function describeMachine(tools: Tools, fdLimit: number) {
+  return {
+    busyCpuPercentAtStart: Math.round(await busyCpuPercent()),
+    cpus: os.cpus().length,
+    cpuModel: os.cpus()[0]?.model ?? 'unknown',
+    memoryMiB: Math.round(os.totalmem() / MiB),
+    kernel: `${os.type()} ${os.release()} ${os.arch()}`,
+    node: process.version,
+    redis: (await versionOf(tools.redisServer, ['--version'])).replace(/^Redis server v=(\S+).*$/, '$1'),
+    redisBenchmark: await versionOf(tools.redisBenchmark, ['--version']),
+    haproxy: tools.haproxy ? (await versionOf(tools.haproxy, ['-v'])).replace(/^HAProxy version (\S+).*$/, 'HAProxy $1') : null,
+    nutcracker: tools.nutcracker ? (await versionOf(tools.nutcracker, ['--version'])).replace(/^This is nutcracker-/, 'nutcracker ') : null,
+    openFilesLimit: fdLimit,
+  };
+}
+
+interface Setup {
+  redis: Managed;
+  proxy: Managed;
+  /** Every long-running process, checked after each round. */
+  running: Managed[];
+  targets: Target[];
+  /** nutcracker refuses MULTI/EXEC, so it cannot carry a lock block. */
+  lockTargets: Target[];
+  /** Why a peer is missing, per missing peer. */
+  absent: PerTarget<string>;
+}
+
+async function startTargets(tools: Tools, without: Set<string>, dir: string, fdLimit: number): Promise<Setup> {
+  const redis = await startRedis(tools.redisServer, dir);
+  const proxy = await startProxy(redis.port);
+  const haproxy = tools.haproxy ? await startHaproxy(tools.haproxy, redis.port, dir, fdLimit) : null;
+  if (haproxy && haproxyMaxconn(fdLimit) < 10_000) {
+    log(`bench: haproxy maxconn ${haproxyMaxconn(fdLimit)}, not 10000: it needs 2 files per connection and the limit is ${fdLimit}`);
+  }
+  const nutcracker = tools.nutcracker ? await startNutcracker(tools.nutcracker, redis.port, dir) : null;
+
+  const targets: Target[] = [
+    { name: 'direct', port: redis.port },
+    { name: 'proxy', port: proxy.port },
+    ...(haproxy ? [{ name: 'haproxy' as const, port: haproxy.port }] : []),
+    ...(nutcracker ? [{ name: 'nutcracker' as const, port: nutcracker.port }] : []),
+  ];
+  const absent: PerTarget<string> = {};
+  const missing = (peer: string): string =>
+    without.has(peer) ? `${peer} left out (--without)` : `${peer} not installed (apt-get install ${peer})`;
+  if (!haproxy) absent.haproxy = missing('haproxy');
+  if (!nutcracker) absent.nutcracker = missing('nutcracker');
+  for (const why of Object.values(absent)) log(`bench: ${why}; its columns are marked absent`);
+  log(`bench: targets ${targets.map((t) => `${t.name}=127.0.0.1:${t.port}`).join(', ')}`);
+  return {
+    redis,
+    proxy,
+    running: [redis, proxy, ...(haproxy ? [haproxy] : []), ...(nutcracker ? [nutcracker] : [])],
+    targets,
+    lockTargets: targets.filter((t) => t.name !== 'nutcracker'),
+    absent,
+  };
+}
+
+/** Untimed: the proxy's JIT and every target's buffers settle before the first round counts. */
+async function warmUp(tools: Tools, setup: Setup, profile: Profile): Promise<void> {
+  const t0 = Date.now();
+  for (const target of setup.targets) {
+    await runRedisBenchmark(tools.redisBenchmark, { port: target.port, requests: profile.warmupRequests, pipeline: 16, clients: CLIENTS });
+  }
+  for (const target of setup.lockTargets) {
+    await runLockLoad({ port: target.port, connections: CLIENTS, depth: 16, warmupMs: 0, durationMs: profile.lockWarmupMs });
+  }
+  log(`bench: warm-up done (${since(t0)})`);
+}
+
+function record<T>(per: PerTarget<T[]>, name: TargetName, value: T): void {
+  (per[name] ??= []).push(value);
+}
+
+/** Every load against every target, round after round. */
+async function runRounds(tools: Tools, setup: Setup, profile: Profile, results: Results): Promise<void> {
+  for (let round = 1; round <= profile.rounds; round++) {
+    const tag = `[round ${round}/${profile.rounds}]`;
+    for (const p of PIPELINES) {
+      for (const target of setup.targets) {
+        const t0 = Date.now();
+        const requests = p === 'p1' ? profile.requestsP1 : profile.requestsP16;
+        const r = await runRedisBenchmark(tools.redisBenchmark, { port: target.port, requests, pipeline: DEPTH[p], clients: CLIENTS });
+        record(results.passThrough[p], target.name, r);
+        log(`${tag} redis-benchmark ${p.toUpperCase()} ${target.name}: ${TESTS.map((t) => `${t} ${int(r[t])}`).join(', ')} /s (${since(t0)})`);
+      }
+    }
+    for (const p of PIPELINES) {
+      for (const target of setup.lockTargets) {
+        const r = await runLockLoad({
+          port: target.port,
+          connections: CLIENTS,
+          depth: DEPTH[p],
+          warmupMs: profile.lockWarmupMs,
+          durationMs: profile.lockMs,
+        });
+        record(results.lock[p], target.name, r);
+        const errors = r.errors > 0 ? `, ${r.errors} ERROR REPLIES` : '';
+        log(`${tag} lock load ${p.toUpperCase()} ${target.name}: ${int(r.rps)} requests/s, ${int(r.locksPerSecond)} lock blocks/s${errors}`);
+      }
+    }
+    // All targets in one run, their round trips interleaved (see latency.ts).
+    const latency = await runLatency({ targets: setup.targets, warmup: profile.latencyWarmup, roundTrips: profile.latencyRoundTrips });
+    for (const target of setup.targets) {
+      const r = latency[target.name];
+      if (r === undefined) throw new Error(`no latency figures for ${target.name}`);
+      record(results.latency, target.name, r);
+      log(`${tag} latency ${target.name}: p50 ${r.p50.toFixed(1)} µs, p99 ${r.p99.toFixed(1)} µs, p99.9 ${r.p999.toFixed(1)} µs`);
+    }
+    for (const managed of setup.running) managed.assertAlive();
+  }
+}
+
+/** Each memory test gets a fresh proxy, so that its VmHWM is the test's own. */
+async function measureMemory(setup: Setup, profile: Profile, fdLimit: number, results: Results): Promise<void> {
+  const redisPort = setup.redis.port;
+  const withFreshProxy = async <T>(test: (proxy: Managed) => Promise<T>): Promise<T> => {
+    const fresh = await startProxy(redisPort);
+    try {
+      return await test(fresh);
+    } finally {
+      await fresh.stop();
+    }
+  };
+
+  let t0 = Date.now();
+  const needed = filesNeeded(profile.idleConnections);
+  if (fdLimit < needed) {
+    const reason =
+      `open-files limit ${fdLimit} < ${needed} (the proxy holds a client and an upstream socket per connection); ` +
+      'raise the hard limit (ulimit -Hn as root, limits.conf, or docker --ulimit nofile=65536:65536)';
+    results.memory.idle = { ok: false, skipped: true, reason };
+    log(`bench: idle connections skipped: ${reason}`);
+  } else {
+    results.memory.idle = await outcome(() =>
+      withFreshProxy((proxy) => idleConnections(proxy, redisPort, profile.idleConnections)),
+    );
+    log(`bench: ${int(profile.idleConnections)} idle connections measured (${since(t0)})`);
+  }
+
+  t0 = Date.now();
+  results.memory.stream = await outcome(() => withFreshProxy((proxy) => slowReader(proxy, redisPort, profile.stream)));
+  log(`bench: slow reader measured (${since(t0)})`);
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  const { profile, json, without } = parseOptions(process.argv.slice(2));
+  const tools = findTools(without);
+  const fdLimit = openFilesLimit();
+  const machine = await describeMachine(tools, fdLimit);
+  log(`bench: ${machine.cpus} CPUs (${machine.cpuModel}), Node ${machine.node}, Redis ${machine.redis}, open files ${fdLimit}`);
+  log(`bench: ${machine.haproxy ?? 'haproxy absent'}; ${machine.nutcracker ?? 'nutcracker absent'}`);
+  if (machine.busyCpuPercentAtStart > BUSY_WARNING_PERCENT) log(busyWarning(machine.busyCpuPercentAtStart));
+
+  cleanupDir = await mkdtemp(path.join(os.tmpdir(), 'redis-lock-proxy-bench-'));
+  const setup = await startTargets(tools, without, cleanupDir, fdLimit);
+  await warmUp(tools, setup, profile);
+  const results = emptyResults();
+  await runRounds(tools, setup, profile, results);
+  results.memory.afterLoads = readProcMemory(setup.proxy.pid);
+  await measureMemory(setup, profile, fdLimit, results);
+
+  const medians = computeMedians(results);
+  const verdicts = evaluateTargets(medians, results, setup.absent);
+  const peers = [machine.haproxy ?? 'haproxy absent', machine.nutcracker ?? 'nutcracker absent'].join('; ');
+  process.stdout.write(
+    `\nredis-lock-proxy bench, ${new Date(started).toISOString()}: ${machine.cpus} CPUs (${machine.cpuModel}), ` +
+      `Node ${machine.node}, Redis ${machine.redis}; ${peers}\n` +
+      (machine.busyCpuPercentAtStart > BUSY_WARNING_PERCENT ? busyWarning(machine.busyCpuPercentAtStart) + '\n' : '') +
+      '\n' +
+      renderReport(results, medians, verdicts, {
+        rounds: profile.rounds,
+        clients: CLIENTS,
+        lockConnections: CLIENTS,
+        latencyRoundTrips: profile.latencyRoundTrips,
+        idleConnections: profile.idleConnections,
+        absent: setup.absent,
+      }) +
+      '\n',
+  );
+
+  const seconds = (Date.now() - started) / 1000;
+  if (json !== null) {
+    const absent = setup.absent;
+    const document = { startedAt: new Date(started).toISOString(), seconds, machine, profile, absent, raw: results, medians, verdicts };
+    await writeFile(json, JSON.stringify(document, null, 2) + '\n');
+    log(`bench: wrote ${json}`);
+  }
+  log(`bench: done in ${(seconds / 60).toFixed(1)} min`);
+}
+
+/** Runs a memory test; an error becomes its outcome so the report still prints. */
+async function outcome<T>(run: () => Promise<T>): Promise<Outcome<T>> {
+  try {
+    return { ok: true, value: await run() };
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    log(`bench: memory test failed: ${reason}`);
+    return { ok: false, skipped: false, reason: reason.split('\n')[0] };
+  }
+}
+
+let cleanupDir: string | null = null;
+let interrupted = false;
+
+async function cleanup(): Promise<void> {
+  await stopAll();
+  if (cleanupDir !== null) await rm(cleanupDir, { recursive: true, force: true });
+  cleanupDir = null;
+}
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    if (interrupted) return;
+    interrupted = true;
+    log(`bench: ${signal}, stopping`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+// Whatever happens, no redis-server or proxy outlives the bench.
+process.on('exit', killAllNow);
+
+main().then(
+  async () => {
+    await cleanup();
+    process.exit(0);
+  },
+  async (error: unknown) => {
+    if (interrupted) return;
+    const detail = error instanceof Error ? (error.stack ?? error.message) : String(error);
+    log(error instanceof BenchError ? `bench: ${error.message}` : `bench failed: ${detail}`);
+    await cleanup();
+    process.exit(1);
+  },
+);

@@ -1,0 +1,279 @@
+/**
+ * From raw figures to what a reader needs: medians over rounds (one slow
+ * round from a noisy neighbour should not decide anything), ratios against
+ * direct Redis and the peers, and a PASS/FAIL line per target of the issue.
+ */
+import type { LatencyResult } from './latency.js';
+import type { LockLoadResult } from './lock-load.js';
+import type { IdleResult, ProcMemory, StreamResult } from './memory.js';
+import { TARGET_NAMES, type TargetName } from './processes.js';
+import { TESTS, type BenchmarkResult, type TestName } from './redis-benchmark.js';
+
+export type Pipeline = 'p1' | 'p16';
+export const PIPELINES: readonly Pipeline[] = ['p1', 'p16'];
+export const DEPTH: Record<Pipeline, number> = { p1: 1, p16: 16 };
+
+/** A measurement that ran, or why it did not. */
+export type Outcome<T> = { ok: true; value: T } | { ok: false; skipped: boolean; reason: string };
+
+export type PerTarget<T> = Partial<Record<TargetName, T>>;
+
+/** Every raw figure, one array entry per round. */
+export interface Results {
+  passThrough: Record<Pipeline, PerTarget<BenchmarkResult[]>>;
+  lock: Record<Pipeline, PerTarget<LockLoadResult[]>>;
+  latency: PerTarget<LatencyResult[]>;
+  memory: {
+    /** The load proxy after all rounds: how much the loads themselves took. */
+    afterLoads: ProcMemory | null;
+    idle: Outcome<IdleResult> | null;
+    stream: Outcome<StreamResult> | null;
+  };
+}
+
+export function emptyResults(): Results {
+  return {
+    passThrough: { p1: {}, p16: {} },
+    lock: { p1: {}, p16: {} },
+    latency: {},
+    memory: { afterLoads: null, idle: null, stream: null },
+  };
+}
+
+export type BenchmarkMedian = Record<TestName, number> & { geomean: number };
+export interface LatencyMedian {
+  p50: number;
+  p99: number;
+  p999: number;
+}
+
+export interface Medians {
+  passThrough: Record<Pipeline, PerTarget<BenchmarkMedian>>;
+  lock: Record<Pipeline, PerTarget<number>>;
+  latency: PerTarget<LatencyMedian>;
+}
+
+export function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+export function geomean(values: number[]): number {
+  return Math.exp(values.reduce((sum, v) => sum + Math.log(v), 0) / values.length);
+}
+
+function mapTargets<T, U>(per: PerTarget<T>, f: (value: T) => U): PerTarget<U> {
+  const out: PerTarget<U> = {};
+  for (const name of TARGET_NAMES) {
+    const value = per[name];
+    if (value !== undefined) out[name] = f(value);
+  }
+  return out;
+}
+
+export function computeMedians(results: Results): Medians {
+  const benchmark = (runs: BenchmarkResult[]): BenchmarkMedian => {
+    const m = { GET: 0, SET: 0, INCR: 0, geomean: 0 };
+    for (const test of TESTS) m[test] = median(runs.map((r) => r[test]));
+    m.geomean = geomean(TESTS.map((t) => m[t]));
+    return m;
+  };
+  return {
+    passThrough: {
+      p1: mapTargets(results.passThrough.p1, benchmark),
+      p16: mapTargets(results.passThrough.p16, benchmark),
+    },
+    lock: {
+      p1: mapTargets(results.lock.p1, (runs) => median(runs.map((r) => r.rps))),
+      p16: mapTargets(results.lock.p16, (runs) => median(runs.map((r) => r.rps))),
+    },
+    latency: mapTargets(results.latency, (runs) => ({
+      p50: median(runs.map((r) => r.p50)),
+      p99: median(runs.map((r) => r.p99)),
+      p999: median(runs.map((r) => r.p999)),
+    })),
+  };
+}
+
+// ------------------------------------------------------------------ targets
+
+export type Status = 'PASS' | 'FAIL' | 'SKIP';
+
+export interface Verdict {
+  target: string;
+  status: Status;
+  /** The measured figure, in the unit of the threshold. */
+  value: number | null;
+  threshold: number;
+  detail: string;
+}
+
+type Op = '>=' | '<=' | '<';
+
+function check(target: string, value: number | undefined | null, op: Op, threshold: number, format: (v: number) => string, missing: string): Verdict {
+  if (value === undefined || value === null || !Number.isFinite(value)) {
+    return { target, status: 'SKIP', value: null, threshold, detail: missing };
+  }
+  const pass = op === '>=' ? value >= threshold : op === '<=' ? value <= threshold : value < threshold;
+  return { target, status: pass ? 'PASS' : 'FAIL', value, threshold, detail: format(value) };
+}
+
+const ratioOf = (a: number | undefined, b: number | undefined): number | undefined =>
+  a === undefined || b === undefined ? undefined : a / b;
+const times = (v: number): string => `${v.toFixed(2)}x`;
+const micros = (v: number): string => `${v >= 0 ? '+' : ''}${v.toFixed(1)} µs`;
+const mib = (v: number): string => `${v.toFixed(1)} MiB`;
+
+/** A memory test's figure, or why there is none; a test that broke is a FAIL, one not run a SKIP. */
+function memoryCheck<T>(target: string, outcome: Outcome<T> | null, pick: (v: T) => number, op: Op, threshold: number): Verdict {
+  if (outcome === null) return check(target, null, op, threshold, mib, 'not run');
+  if (!outcome.ok) {
+    const verdict = check(target, null, op, threshold, mib, outcome.reason);
+    return outcome.skipped ? verdict : { ...verdict, status: 'FAIL' };
+  }
+  return check(target, pick(outcome.value), op, threshold, mib, '');
+}
+
+/**
+ * The issue's targets. Pass-through targets use the geometric mean of the
+ * GET, SET and INCR medians (one figure per load; the table shows each).
+ */
+export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<string>): Verdict[] {
+  const pt = m.passThrough;
+  const noPeer = (peer: 'haproxy' | 'nutcracker'): string => absent[peer] ?? `no ${peer} figure`;
+  const addedLatency = (p: keyof LatencyMedian): number | undefined =>
+    m.latency.proxy && m.latency.direct ? m.latency.proxy[p] - m.latency.direct[p] : undefined;
+  const proxyOver = (pipeline: Pipeline, peer: TargetName): number | undefined =>
+    ratioOf(pt[pipeline].proxy?.geomean, pt[pipeline][peer]?.geomean);
+  const geo = '(geomean GET/SET/INCR)';
+  return [
+    check(`pass-through P16 >= 0.9x HAProxy ${geo}`, proxyOver('p16', 'haproxy'), '>=', 0.9, times, noPeer('haproxy')),
+    check(`pass-through P16 >= 1.5x nutcracker ${geo}`, proxyOver('p16', 'nutcracker'), '>=', 1.5, times, noPeer('nutcracker')),
+    check(`pass-through P1 >= 0.7x nutcracker ${geo}`, proxyOver('p1', 'nutcracker'), '>=', 0.7, times, noPeer('nutcracker')),
+    check('lock acquisition P1 via proxy >= 0.9x direct', ratioOf(m.lock.p1.proxy, m.lock.p1.direct), '>=', 0.9, times, 'not measured'),
+    check('lock acquisition P16 via proxy >= 0.9x direct', ratioOf(m.lock.p16.proxy, m.lock.p16.direct), '>=', 0.9, times, 'not measured'),
+    check('added latency p50 <= 60 µs', addedLatency('p50'), '<=', 60, micros, 'not measured'),
+    check('added latency p99 <= 250 µs', addedLatency('p99'), '<=', 250, micros, 'not measured'),
+    memoryCheck('RSS <= 150 MiB with 5,000 idle connections (VmHWM)', results.memory.idle, (v) => v.after.hwm, '<=', 150),
+    memoryCheck('RSS growth < 64 MiB streaming 256 MiB to a slow reader', results.memory.stream, (v) => v.growth, '<', 64),
+  ];
+}
+
+// ------------------------------------------------------------------ printing
+
+const int = (v: number): string => Math.round(v).toLocaleString('en-US');
+const fixed = (digits: number) => (v: number) => v.toFixed(digits);
+
+/** Left-aligned first column, right-aligned figures. */
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]): string =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ').trimEnd();
+  return [line(header), ...rows.map(line)].map((l) => '  ' + l).join('\n');
+}
+
+export interface ReportContext {
+  rounds: number;
+  clients: number;
+  lockConnections: number;
+  latencyRoundTrips: number;
+  idleConnections: number;
+  /** Why a peer column is empty, e.g. "haproxy not installed". */
+  absent: PerTarget<string>;
+}
+
+export function renderReport(results: Results, m: Medians, verdicts: Verdict[], ctx: ReportContext): string {
+  const cell = (name: TargetName, value: number | undefined, format: (v: number) => string, none = 'n/a'): string =>
+    value !== undefined ? format(value) : ctx.absent[name] ? 'absent' : none;
+  const ratio = (a: number | undefined, b: number | undefined): string => {
+    const r = ratioOf(a, b);
+    return r === undefined ? '-' : r.toFixed(2);
+  };
+  const rounds = `median of ${ctx.rounds} round${ctx.rounds === 1 ? '' : 's'}`;
+  const out: string[] = [];
+
+  out.push(`Pass-through: redis-benchmark, ${ctx.clients} clients, requests/s, ${rounds}`);
+  const ptRows: string[][] = [];
+  for (const p of PIPELINES) {
+    for (const test of [...TESTS, 'geomean'] as const) {
+      const v = (name: TargetName): number | undefined => m.passThrough[p][name]?.[test];
+      ptRows.push([
+        `${p.toUpperCase()} ${test}`,
+        ...TARGET_NAMES.map((name) => cell(name, v(name), int)),
+        ratio(v('proxy'), v('direct')),
+        ratio(v('proxy'), v('haproxy')),
+        ratio(v('proxy'), v('nutcracker')),
+      ]);
+    }
+  }
+  out.push(table(['load', ...TARGET_NAMES, 'proxy/direct', 'proxy/haproxy', 'proxy/nutcracker'], ptRows));
+
+  out.push('');
+  out.push(`Lock acquisition: ${ctx.lockConnections} connections, 1 request in 5 a Stalwart lock block (counted as 1), requests/s, ${rounds}`);
+  out.push('  (direct runs the block as sent; the proxy rewrites it; nutcracker does not support MULTI)');
+  out.push(
+    table(
+      ['load', ...TARGET_NAMES, 'proxy/direct', 'proxy/haproxy'],
+      PIPELINES.map((p) => [
+        `lock ${p.toUpperCase()}`,
+        ...TARGET_NAMES.map((name) => cell(name, m.lock[p][name], int)),
+        ratio(m.lock[p].proxy, m.lock[p].direct),
+        ratio(m.lock[p].proxy, m.lock[p].haproxy),
+      ]),
+    ),
+  );
+  const lockErrors = PIPELINES.flatMap((p) => Object.values(results.lock[p]).flat()).reduce((s, r) => s + r.errors, 0);
+  if (lockErrors > 0) out.push(`  WARNING: ${lockErrors} error replies during the lock loads`);
+
+  out.push('');
+  out.push(
+    `Latency: 1 connection per target, pipeline 1, PING/GET, ${int(ctx.latencyRoundTrips)} round trips each, ` +
+      `interleaved over the targets, µs, ${rounds}`,
+  );
+  const latencyRows = (['p50', 'p99', 'p999'] as const).map((p) => {
+    const v = (name: TargetName): number | undefined => m.latency[name]?.[p];
+    const proxy = v('proxy');
+    const direct = v('direct');
+    return [
+      p === 'p999' ? 'p99.9' : p,
+      ...TARGET_NAMES.map((name) => cell(name, v(name), fixed(1))),
+      proxy !== undefined && direct !== undefined ? micros(proxy - direct).replace(' µs', '') : '-',
+    ];
+  });
+  out.push(table(['percentile', ...TARGET_NAMES, 'added (proxy-direct)'], latencyRows));
+
+  out.push('');
+  out.push('Memory: the proxy process (/proc/<pid>/status), a fresh proxy for each test');
+  const mem = results.memory;
+  if (mem.afterLoads) {
+    out.push(`  load proxy after all rounds:   VmHWM ${mib(mem.afterLoads.hwm)}, VmRSS ${mib(mem.afterLoads.rss)}`);
+  }
+  const idle = mem.idle;
+  if (idle?.ok) {
+    const v = idle.value;
+    out.push(
+      `  ${int(v.connections)} idle connections:      VmHWM ${mib(v.after.hwm)}, VmRSS ${mib(v.after.rss)} ` +
+        `(fresh: VmRSS ${mib(v.before.rss)}; opened in ${v.openSeconds.toFixed(1)} s; Redis connected_clients ${int(v.redisClients)})`,
+    );
+  } else if (idle) {
+    out.push(`  ${int(ctx.idleConnections)} idle connections:      ${idle.skipped ? 'skipped' : 'FAILED'}: ${idle.reason}`);
+  }
+  const stream = mem.stream;
+  if (stream?.ok) {
+    const v = stream.value;
+    out.push(
+      `  ${v.valueMiB} MiB GET, slow reader:    growth ${mib(v.growth)} (VmRSS before ${mib(v.before.rss)}, ` +
+        `peak ${mib(v.peakRss)}, VmHWM after ${mib(v.after.hwm)}; reader ${v.readerMiBPerSecond} MiB/s with a ` +
+        `${v.stallMs} ms stall every ${v.stallEveryMiB} MiB, ${v.seconds.toFixed(1)} s, ${v.polls} polls)`,
+    );
+  } else if (stream) {
+    out.push(`  large value, slow reader:  ${stream.skipped ? 'skipped' : 'FAILED'}: ${stream.reason}`);
+  }
+
+  out.push('');
+  out.push('Targets');
+  const width = Math.max(...verdicts.map((v) => v.target.length));
+  for (const v of verdicts) out.push(`  ${v.status.padEnd(4)}  ${v.target.padEnd(width)}  ${v.detail}`);
+  return out.join('\n');
+}
