@@ -142,7 +142,9 @@ export class Session {
 
     client.on('data', (chunk: Buffer) => this.onClientData(chunk));
     client.on('end', () => this.onClientEnd());
-    client.on('error', (err) => this.log.debug({ err: err.message }, 'client socket error'));
+    client.on('error', (err) => {
+      if (ctx.log.isLevelEnabled('debug')) this.log.debug({ err: err.message }, 'client socket error');
+    });
     client.on('close', () => this.onClose());
     client.on('drain', () => {
       this.clientFull = false;
@@ -211,7 +213,18 @@ export class Session {
   /** Redis closed its side: everything it sent has been passed on; then the client side closes. */
   private onUpstreamEnd(): void {
     if (this.closingError !== null) this.client.write(this.closingError);
-    this.client.end();
+    this.endClient();
+  }
+
+  /**
+   * Closes the client side after everything written to it is out, as Redis
+   * closes a connection after its last reply (a client that keeps its own side
+   * open does not keep the socket alive).
+   */
+  private endClient(last?: string): void {
+    if (this.client.writableEnded) return;
+    if (last !== undefined) this.client.write(last);
+    this.client.end(() => this.client.destroy());
   }
 
   /** No bytes either way for --idle-timeout-ms: close, unless a reply is pending or the connection is subscribed. */
@@ -236,7 +249,7 @@ export class Session {
     if (!this.draining || this.closed) return;
     const busy = this.mode !== Mode.Pipe && (this.outstanding > 0 || this.awaiting !== null || this.mode === Mode.Holding || this.partial.length > 0);
     if (busy) return;
-    this.client.end();
+    this.endClient();
     this.upstream.end();
   }
 
@@ -249,7 +262,7 @@ export class Session {
   /** Tells the client why it cannot be served, as a RESP error, and closes its connection. */
   private refuseClient(message: string): void {
     const oneLine = message.replace(/[\r\n]+/g, ' ');
-    this.client.end(`-ERR redis-lock-proxy: ${oneLine}\r\n`);
+    this.endClient(`-ERR redis-lock-proxy: ${oneLine}\r\n`);
     this.upstream.destroy();
   }
 
@@ -273,8 +286,10 @@ export class Session {
     this.closed = true;
     this.stopHoldTimer();
     this.ctx.stats.connectionsOpen--;
-    this.client.destroy();
-    this.upstream.destroy();
+    // A side being ended gracefully still has its last bytes on the way (a big reply before QUIT,
+    // an error reply): it closes itself once they are out (see endClient).
+    if (!this.client.writableEnded) this.client.destroy();
+    if (!this.upstream.writableEnded) this.upstream.destroy();
     if (this.ctx.log.isLevelEnabled('debug')) this.log.debug('connection closed');
     this.onClosed(this);
   }

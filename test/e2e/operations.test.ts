@@ -270,6 +270,33 @@ describe('limits', () => {
   });
 });
 
+describe('closing after the last reply', () => {
+  it('delivers a large reply before QUIT in full to a client that reads late, then closes', async () => {
+    const proxy = await startTestProxy({ upstream: redis.url });
+    try {
+      const value = Buffer.alloc(8 * 1024 * 1024, 'q');
+      await adminCall('SET', 'quit:big', value);
+      const socket = net.connect(proxy.port, '127.0.0.1');
+      await new Promise((r) => socket.once('connect', r));
+      socket.pause();
+      socket.write(Buffer.concat([cmd('GET', 'quit:big'), cmd('QUIT')]));
+      await sleep(500); // Redis has answered and closed by now; the proxy still holds the reply
+      const chunks: Buffer[] = [];
+      await new Promise<void>((resolve) => {
+        socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+        socket.on('close', () => resolve());
+        socket.resume();
+      });
+      const received = Buffer.concat(chunks);
+      const header = `$${value.length}\r\n`;
+      expect(received.length).toBe(header.length + value.length + 2 + '+OK\r\n'.length);
+      expect(received.subarray(received.length - 5).toString()).toBe('+OK\r\n');
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
 describe('backpressure', () => {
   it('pauses the upstream while a client does not read a large reply, and loses nothing', async () => {
     const proxy = await startTestProxy({ upstream: redis.url });
