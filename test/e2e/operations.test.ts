@@ -51,7 +51,8 @@ function readBytes(socket: net.Socket, until: (text: string) => boolean, timeout
   });
 }
 
-describe('TLS', () => {
+// The certificates are files on this machine: local redis-server processes only, not containers.
+describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('TLS', () => {
   let certs: TestCertificates;
   let tlsRedis: RedisServer;
   let mtlsRedis: RedisServer;
