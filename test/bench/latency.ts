@@ -16,9 +16,8 @@
  * Runs as its own process (worker.ts): `runLatency()` spawns this file.
  */
 import { Buffer } from 'node:buffer';
-import net from 'node:net';
 import process from 'node:process';
-import { HOST, type Target, type TargetName } from './processes.js';
+import { connect, type Target, type TargetName } from './processes.js';
 import { ReplyCounter } from './resp-counter.js';
 import { isMain, runWorker, workerMain } from './worker.js';
 
@@ -75,17 +74,6 @@ function summarize(samples: Float64Array): LatencyResult {
   };
 }
 
-function connect(port: number): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, HOST);
-    socket.setNoDelay(true);
-    socket.once('connect', () => {
-      socket.off('error', reject);
-      resolve(socket);
-    });
-    socket.once('error', reject);
-  });
-}
 
 async function measure(options: LatencyOptions): Promise<LatencyResults> {
   const { targets, warmup, roundTrips } = options;

@@ -17,10 +17,10 @@
  * Runs as its own process (worker.ts): `runLockLoad()` spawns this file.
  */
 import { Buffer } from 'node:buffer';
-import net from 'node:net';
+import type net from 'node:net';
 import process from 'node:process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { HOST } from './processes.js';
+import { connect } from './processes.js';
 import { ReplyCounter } from './resp-counter.js';
 import { isMain, runWorker, workerMain } from './worker.js';
 
@@ -196,17 +196,6 @@ class Connection {
   }
 }
 
-function connect(port: number): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(port, HOST);
-    socket.setNoDelay(true);
-    socket.once('connect', () => {
-      socket.off('error', reject);
-      resolve(socket);
-    });
-    socket.once('error', reject);
-  });
-}
 
 /** Worker side: the load itself. */
 async function lockLoad(options: LockLoadOptions): Promise<LockLoadResult> {

@@ -346,3 +346,16 @@ export function openFilesLimit(): number {
   if (soft === undefined) return 1024;
   return soft === 'unlimited' ? Number.MAX_SAFE_INTEGER : Number(soft);
 }
+
+/** A loopback TCP connection to `port`, Nagle off, as the load generators use. */
+export function connect(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, HOST);
+    socket.setNoDelay(true);
+    socket.once('connect', () => {
+      socket.off('error', reject);
+      resolve(socket);
+    });
+    socket.once('error', reject);
+  });
+}

@@ -206,10 +206,11 @@ function findOnPath(name: string): string {
 // If a test file ends without calling stop(), its redis-servers must not
 // outlive the worker. Vitest ends fork workers with SIGTERM, which skips
 // 'exit' handlers, so the common termination signals are covered too.
-const live = new Map<ChildProcess, string>();
+const live = new Map<ChildProcess, string | undefined>();
 let exitHooksInstalled = false;
 
-function trackForExitCleanup(child: ChildProcess, dir: string): void {
+/** Kills `child` (and removes `dir`, if given) should the test process end without stopping it. */
+export function trackForExitCleanup(child: ChildProcess, dir?: string): void {
   live.set(child, dir);
   if (exitHooksInstalled) return;
   exitHooksInstalled = true;
@@ -228,12 +229,12 @@ function trackForExitCleanup(child: ChildProcess, dir: string): void {
 function killAllLive(): void {
   for (const [proc, dir] of live) {
     proc.kill('SIGKILL');
-    rmSync(dir, { recursive: true, force: true });
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   }
   live.clear();
 }
 
-function untrack(child: ChildProcess): void {
+export function untrack(child: ChildProcess): void {
   live.delete(child);
 }
 

@@ -8,13 +8,12 @@
  * Containers (REDIS_TEST_IMAGE) are not supported: sentinels must reach the
  * master and replica at the addresses those announce.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
-import { freePort, startRedis, type RedisServer } from './redis.js';
+import { freePort, startRedis, trackForExitCleanup, untrack, type RedisServer } from './redis.js';
 
 export interface SentinelProcess {
   host: string;
@@ -62,7 +61,6 @@ export async function startSentinelSetup(opts: SentinelSetupOptions = {}): Promi
     for (const item of started.slice().reverse()) await item.stop();
     if (dir) {
       await rm(dir, { recursive: true, force: true });
-      liveDirs.delete(dir);
     }
   };
   try {
@@ -74,7 +72,6 @@ export async function startSentinelSetup(opts: SentinelSetupOptions = {}): Promi
     const replica = await startRedis({ args: [...noSyncDelay, '--replicaof', HOST, String(master.port)] });
     started.push(replica);
     dir = await mkdtemp(path.join(os.tmpdir(), 'redis-sentinel-test-'));
-    liveDirs.add(dir);
     const sentinels: SentinelProcess[] = [];
     for (let i = 1; i <= count; i++) {
       const sentinel = await startSentinel(dir, i, masterName, master.port);
@@ -130,7 +127,7 @@ async function startSentinel(dir: string, index: number, masterName: string, mas
 
 function spawnSentinel(conf: string, port: number): { handle: SentinelProcess; hasExited(): boolean } {
   const child = spawn('redis-server', [conf, '--sentinel'], { cwd: path.dirname(conf), stdio: ['ignore', 'pipe', 'pipe'] });
-  track(child);
+  trackForExitCleanup(child, path.dirname(conf));
   let output = '';
   const capture = (chunk: Buffer) => {
     output = (output + chunk.toString('utf8')).slice(-MAX_LOG_CHARS);
@@ -158,7 +155,7 @@ function spawnSentinel(conf: string, port: number): { handle: SentinelProcess; h
         await exit;
         clearTimeout(timer);
       }
-      live.delete(child);
+      untrack(child);
     })());
   return { handle: { host: HOST, port, stop, logs: () => output }, hasExited: () => exited };
 }
@@ -246,35 +243,7 @@ export async function query(port: number, args: [string, ...Array<string | Buffe
   }
 }
 
-// ---------------------------------------------------------------------------
-// Cleanup when a test file ends without stop(): same approach as redis.ts
-// ---------------------------------------------------------------------------
 
-const live = new Set<ChildProcess>();
-/** Sentinel config directories not yet removed by a setup's stop(). */
-const liveDirs = new Set<string>();
-let exitHooksInstalled = false;
-
-function track(child: ChildProcess): void {
-  live.add(child);
-  if (exitHooksInstalled) return;
-  exitHooksInstalled = true;
-  process.once('exit', killAllLive);
-  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
-    process.once(signal, () => {
-      killAllLive();
-      process.kill(process.pid, signal);
-    });
-  }
-}
-
-/** Synchronous, because it also runs from the 'exit' event. */
-function killAllLive(): void {
-  for (const child of live) child.kill('SIGKILL');
-  live.clear();
-  for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
-  liveDirs.clear();
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
