@@ -83,6 +83,8 @@ async function run(config: Config): Promise<void> {
           registry: createMetricsRegistry(stats, { rulesLoaded: () => rules.current.rules.length, ruleFiles: () => rules.current.files }),
           ready,
           log,
+        }).catch((err: Error) => {
+          throw new Error(`admin-listen ${config.adminListen?.host}:${config.adminListen?.port}: ${err.message} (another port, or --admin-listen off)`);
         });
 
   const byMode = { enforce: 0, observe: 0 };
@@ -171,7 +173,8 @@ async function main(): Promise<void> {
   } catch (err) {
     const error = err as NodeJS.ErrnoException;
     process.stderr.write(`redis-lock-proxy: ${error.message}\n`);
-    process.exitCode = error.code === 'ECONFIG' || error.code === 'ERULEFILE' ? 2 : 1;
+    // Exit now: a listener or sentinel connection opened before the failure would keep the process alive.
+    process.exit(error.code === 'ECONFIG' || error.code === 'ERULEFILE' ? 2 : 1);
   }
 }
 

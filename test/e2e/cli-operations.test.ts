@@ -4,6 +4,7 @@
  * --print-config.
  */
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -80,6 +81,19 @@ describe('admin endpoints', () => {
     } finally {
       cli.kill('SIGTERM');
       await cli.stop();
+    }
+  });
+
+  it('refuses to start when the admin port is taken, naming the setting', async () => {
+    const adminPort = await freePort();
+    const blocker = net.createServer().listen(adminPort, '127.0.0.1');
+    await new Promise((r) => blocker.once('listening', r));
+    try {
+      const exit = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url, '--admin-listen', `127.0.0.1:${adminPort}`]);
+      expect(exit.code).toBe(1);
+      expect(exit.stderr).toContain(`admin-listen 127.0.0.1:${adminPort}: listen EADDRINUSE`);
+    } finally {
+      blocker.close();
     }
   });
 
