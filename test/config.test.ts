@@ -245,8 +245,7 @@ describe('parseUpstreamUrl', () => {
     expect(configError(() => parseUpstreamUrl('redis://alice:@h')).message).toContain('needs a password');
   });
 
-  // BUG (pinned): the unix:// form accepts ?user= without a password and then drops the user
-  // silently (setupCommands sends no AUTH), where redis:// refuses the same thing.
+  // A user without a password would be dropped silently (no AUTH is sent); redis:// refuses it too.
   it('unix:// refuses a user without a password too', () => {
     expect(configError(() => parseUpstreamUrl('unix:///tmp/r.sock?user=alice')).message).toContain('needs a password');
   });
@@ -296,9 +295,8 @@ describe('parseUpstreamUrl', () => {
     expect(configError(() => parseUpstreamUrl('')).message).toContain('not a valid URL');
   });
 
-  // BUG (pinned): a stray "%" in the password makes decodeURIComponent throw a URIError
-  // ("URI malformed"), which is not a ConfigError: the CLI then exits 1 instead of 2, and
-  // the message does not say what is wrong with which setting.
+  // decodeURIComponent throws a bare URIError ("URI malformed") on a stray "%": it must become a
+  // ConfigError that says which setting is wrong (and the CLI's exit code 2).
   it('refuses a malformed percent-encoding with a ConfigError', () => {
     expect(configError(() => parseUpstreamUrl('redis://:100%@h')).message).toContain('upstream URL');
     expect(configError(() => parseUpstreamUrl('redis://us%zz:pw@h')).message).toContain('upstream URL');
@@ -315,8 +313,8 @@ describe('parseUpstreamUrl', () => {
     }
   });
 
-  // BUG (pinned): the unix:// form takes the password from the query string, which the
-  // display form (used in logs and in error replies sent to clients) shows unmasked.
+  // The display form goes into logs and into error replies sent to clients; the unix:// form
+  // carries its password in the query string.
   it('never shows the password in the display form, whatever the URL form', () => {
     for (const [url, password] of [
       ['redis://alice:s3cret@h', 's3cret'],
@@ -330,8 +328,7 @@ describe('parseUpstreamUrl', () => {
     }
   });
 
-  // BUG (pinned): a URL that the URL parser rejects is echoed whole in the error, password
-  // included; the CLI prints that message on stderr.
+  // A URL the URL parser rejects is quoted in the error, which the CLI prints on stderr.
   it('never echoes the password in an error message', () => {
     for (const url of ['redis://:s3cret@h:notaport', 'redis://alice:s3cret@h/x', 'http://:s3cret@h']) {
       expect(configError(() => parseUpstreamUrl(url)).message, url).not.toContain('s3cret');

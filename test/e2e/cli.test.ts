@@ -220,8 +220,7 @@ describe('startup failures', () => {
     expect(noPassword.stderr).toContain('needs a password');
   });
 
-  // BUG (pinned): see test/config.test.ts — a stray "%" in the password is a URIError, so the
-  // CLI exits 1 with just "URI malformed".
+  // See test/config.test.ts: a stray "%" in the password must not surface as a bare URIError.
   it('a malformed percent-encoding in the upstream password: exit 2, saying which setting is wrong', async () => {
     const exit = await runCli(['--upstream', 'redis://:100%@cache']);
     expect(exit.stderr).toContain('upstream URL');

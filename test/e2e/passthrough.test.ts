@@ -286,9 +286,9 @@ describe('RESP3 client tracking', () => {
     expect(proxy.stats.blocksRewritten).toBeGreaterThanOrEqual(3);
   });
 
-  // BUG (pinned): the script reads the key (PTTL), which makes Redis track it for a
-  // tracking client; MULTI/INCRBY/EXPIRE/EXEC reads nothing. Through the proxy the client
-  // then gets invalidation pushes for a lock key it never read.
+  // A read-only command inside the script (PTTL, GET) would make Redis track the key for a
+  // tracking client, which MULTI/INCRBY/EXPIRE/EXEC never does: the client would then get
+  // invalidation pushes for a lock key it never read.
   it('a lock block causes no invalidation push that the original block would not cause', async () => {
     const run = async (port: number): Promise<string> => {
       await adminCall('DEL', 'lock:untracked');
@@ -453,10 +453,9 @@ describe('transaction state', () => {
     }
   });
 
-  // BUG (pinned): the proxy marks the connection "in MULTI" on any forwarded MULTI, even one
-  // Redis refuses (wrong arity), so the following EXEC, which Redis refuses too ("EXEC without
-  // MULTI") and which does not UNWATCH, makes the proxy forget the WATCH. The next lock block
-  // is then rewritten, and succeeds where Redis would have aborted it (EXEC -> *-1).
+  // A MULTI that Redis refuses (wrong arity) opens no transaction, and the EXEC after it, refused
+  // too ("EXEC without MULTI"), does not UNWATCH. Were the proxy to miss that, it would forget the
+  // WATCH and rewrite the next lock block, which Redis would have aborted (EXEC -> *-1).
   it('a refused MULTI does not make the proxy forget a WATCH', async () => {
     const key = 'lock:watched';
     const run = async (port: number): Promise<string> => {
@@ -539,8 +538,6 @@ describe('closing', () => {
     expect(await writeAndHalfClose(proxy.port, bytes)).toBe('+PONG\r\n' + attemptReplies(1, 1) + '$1\r\n1\r\n');
   });
 
-  // BUG (pinned): on the client's FIN the proxy drops a held MULTI block ("as Redis would"), but
-  // Redis answers complete commands before it sees the close.
   it('a client that half-closes inside a transaction gets the replies Redis gives for the complete commands', async () => {
     // MULTI and INCRBY are complete commands: Redis answers both before it sees the close.
     // The transaction itself is discarded either way.
@@ -753,8 +750,8 @@ describe('credentials and db in the upstream URL', () => {
     }
   });
 
-  // BUG (pinned): RESET puts the upstream connection back to the default user and db 0, so a
-  // client that relies on the URL's credentials and db (it sends no AUTH/SELECT of its own) is
+  // RESET puts the upstream connection back to the default user and db 0: a client that relies on
+  // the URL's credentials and db (it sends no AUTH/SELECT of its own) must not end up
   // unauthenticated, or in the wrong database, after a RESET (which some client pools send).
   it('a client’s RESET keeps the connection the URL configured', async () => {
     const front = await startTestProxy({ upstream: `redis://:secret@127.0.0.1:${secured.port}/3` });
