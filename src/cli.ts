@@ -58,6 +58,7 @@ async function run(config: Config): Promise<void> {
       connectTimeoutMs: config.connectTimeoutMs,
       maxFrameBytes: config.maxFrameBytes,
       idleTimeoutMs: config.idleTimeoutMs,
+      lockPipelining: config.lockPipelining,
       log,
       stats,
     },

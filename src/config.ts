@@ -59,6 +59,7 @@ export interface Config {
   readonly maxFrameBytes: number;
   /** Close client connections idle this long; 0: never. */
   readonly idleTimeoutMs: number;
+  readonly lockPipelining: boolean;
   /** TLS towards Redis, set for rediss:// upstreams. */
   readonly upstreamTls: UpstreamTls | null;
   /** TLS for clients, when --tls-cert is set. */
@@ -95,6 +96,7 @@ export const OPTIONS = {
   'shutdown-timeout-ms': { kind: 'integer', default: 10_000, min: 0, max: 3_600_000, help: 'on SIGTERM/SIGINT, how long to wait for busy connections' },
   'max-connections': { kind: 'integer', default: 10_000, min: 1, max: 1_000_000, help: 'client connections at once; more are refused as Redis does' },
   'max-frame-bytes': { kind: 'integer', default: 512 * 1024 * 1024, min: 1024, max: Number.MAX_SAFE_INTEGER, help: 'largest request (sum of its argument sizes)' },
+  'lock-pipelining': { kind: 'boolean', default: false, help: 'forward what follows a lock block without waiting for its script, once the script has worked on the connection' },
   'idle-timeout-ms': { kind: 'integer', default: 0, min: 0, max: 2_147_483_647, help: 'close client connections idle this long (0: never)' },
   'upstream-ca': { kind: 'string', help: 'CA certificate file (PEM) to verify a rediss:// upstream' },
   'upstream-cert': { kind: 'string', help: 'client certificate file (PEM) for a rediss:// upstream' },
@@ -355,6 +357,7 @@ function buildConfig(settings: RawSettings): Config {
     maxConnections: integer(settings, 'max-connections'),
     maxFrameBytes: integer(settings, 'max-frame-bytes'),
     idleTimeoutMs: integer(settings, 'idle-timeout-ms'),
+    lockPipelining: boolean(settings, 'lock-pipelining'),
     upstreamTls,
     listenerTls,
     sentinel,

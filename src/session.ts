@@ -46,6 +46,8 @@ export interface ProxyContext {
   readonly maxFrameBytes: number;
   /** Close a client connection idle this long (0: never). */
   readonly idleTimeoutMs: number;
+  /** Forward what follows a lock block without waiting for its script, once the script has worked on the connection. */
+  readonly lockPipelining: boolean;
   readonly log: Logger;
   readonly stats: Stats;
 }
@@ -59,8 +61,20 @@ const enum Mode {
   Pipe,
 }
 
-/** Handles the reply to a command the proxy sent itself. */
-type Capture = (reply: Buffer) => void;
+/** The reply to a command the proxy sent itself, and how many forwarded replies follow it. */
+interface Capture {
+  readonly handle: (reply: Buffer) => void;
+  /** Replies of frames forwarded after the proxy's command (only with --lock-pipelining). */
+  after: number;
+}
+
+/** A lock block whose script call is in flight. */
+interface PendingBlock {
+  readonly call: LockCall;
+  readonly rule: Rule;
+  /** The block as the client sent it, for the fallback. */
+  readonly held: Buffer[];
+}
 
 const REPLY = Buffer.from('reply');
 
@@ -105,9 +119,14 @@ export class Session {
   private outstanding = 0;
   /** The proxy's own replies, expected after `outstanding` others, in order. */
   private captures: Capture[] = [];
+  /** The script has worked on this connection for its current user (see --lock-pipelining). */
+  private scriptProven = false;
   private captureParts: Buffer[] = [];
   private replyPipe = false;
   private readonly fallbackReasonsLogged = new Set<string>();
+  /** Writes made while one chunk is processed leave together (see WriteBatch). */
+  private readonly toUpstream: WriteBatch;
+  private readonly toClient: WriteBatch;
 
   /** This connection's logger, made on first use: most connections never log, and child loggers cost memory. */
   private get log(): Logger {
@@ -124,6 +143,7 @@ export class Session {
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
     this.scanner = new RequestScanner(ctx.maxFrameBytes);
+    this.toClient = new WriteBatch(client, (bytes) => this.sendClient(bytes));
     if (ctx.rules().rules.length === 0) this.mode = Mode.Pipe;
     this.replyPipe = this.mode === Mode.Pipe;
 
@@ -131,6 +151,7 @@ export class Session {
     const { socket, readyEvent, address } = ctx.upstream.connect();
     this.upstream = socket;
     this.upstreamAddress = address;
+    this.toUpstream = new WriteBatch(socket, (bytes) => this.sendUpstream(bytes));
     if (ctx.log.isLevelEnabled('debug')) this.log.debug({ upstream: address }, 'client connected');
     this.upstream.setTimeout(ctx.connectTimeoutMs);
     this.upstream.on(readyEvent, () => this.onUpstreamConnect());
@@ -172,7 +193,7 @@ export class Session {
     this.replyPipe = false;
     for (const cmd of commands) {
       this.writeUpstream(cmd);
-      this.captures.push((reply) => this.onSetupReply(reply));
+      this.captures.push({ handle: (reply) => this.onSetupReply(reply), after: 0 });
     }
     this.updateFlow();
     return true;
@@ -223,13 +244,14 @@ export class Session {
    */
   private endClient(last?: string): void {
     if (this.client.writableEnded) return;
+    this.toClient.flush();
     if (last !== undefined) this.client.write(last);
     this.client.end(() => this.client.destroy());
   }
 
   /** No bytes either way for --idle-timeout-ms: close, unless a reply is pending or the connection is subscribed. */
   private onIdle(): void {
-    if (this.outstanding > 0 || this.awaiting !== null || this.mode === Mode.Pipe) return;
+    if (this.outstanding > 0 || this.captures.length > 0 || this.awaiting !== null || this.mode === Mode.Pipe) return;
     this.log.debug('closing idle connection');
     this.client.destroy();
     this.upstream.destroy();
@@ -247,9 +269,12 @@ export class Session {
 
   private closeIfDrained(): void {
     if (!this.draining || this.closed) return;
-    const busy = this.mode !== Mode.Pipe && (this.outstanding > 0 || this.awaiting !== null || this.mode === Mode.Holding || this.partial.length > 0);
+    const busy =
+      this.captures.length > 0 ||
+      (this.mode !== Mode.Pipe && (this.outstanding > 0 || this.awaiting !== null || this.mode === Mode.Holding || this.partial.length > 0));
     if (busy) return;
     this.endClient();
+    this.toUpstream.flush();
     this.upstream.end();
   }
 
@@ -278,6 +303,7 @@ export class Session {
    */
   private finishClientEnd(): void {
     this.flushPending('client-closed');
+    this.toUpstream.flush();
     this.upstream.end();
   }
 
@@ -297,15 +323,21 @@ export class Session {
   // ------------------------------------------------------------ flow control
 
   private writeUpstream(bytes: Buffer): void {
-    if (bytes.length === 0) return;
+    if (bytes.length > 0) this.toUpstream.add(bytes);
+  }
+
+  private writeClient(bytes: Buffer): void {
+    if (bytes.length > 0) this.toClient.add(bytes);
+  }
+
+  private sendUpstream(bytes: Buffer): void {
     if (!this.upstream.write(bytes)) {
       this.upstreamFull = true;
       this.updateFlow();
     }
   }
 
-  private writeClient(bytes: Buffer): void {
-    if (bytes.length === 0) return;
+  private sendClient(bytes: Buffer): void {
     if (!this.client.write(bytes)) {
       this.clientFull = true;
       this.updateFlow();
@@ -329,8 +361,9 @@ export class Session {
       this.stalled.push(chunk);
       return;
     }
-    // Usually one write per chunk, so no cork: corking costs more than it saves for a single write.
+    this.toUpstream.begin();
     this.processClientChunk(chunk);
+    this.toUpstream.end();
   }
 
   private processClientChunk(chunk: Buffer): void {
@@ -488,7 +521,11 @@ export class Session {
         if (argc === 1) {
           this.inMulti = false;
           this.watching = false;
+          this.scriptProven = false;
         }
+        break;
+      case Cmd.Auth:
+        this.scriptProven = false; // another user may not be allowed to run scripts
         break;
       case Cmd.Uncountable:
         this.enterPipe();
@@ -501,8 +538,14 @@ export class Session {
         }
         break;
     }
-    this.outstanding++;
+    this.expectReplies(1);
     this.ctx.stats.commandsForwarded++;
+  }
+
+  /** Replies to come for frames just forwarded: after the last proxy command in flight, if any. */
+  private expectReplies(count: number): void {
+    if (this.captures.length === 0) this.outstanding += count;
+    else this.captures[this.captures.length - 1].after += count;
   }
 
   /**
@@ -517,6 +560,7 @@ export class Session {
     this.closingError = `-ERR Protocol error: request larger than ${this.ctx.maxFrameBytes} bytes (redis-lock-proxy max-frame-bytes)\r\n`;
     this.stalled = [];
     this.client.pause();
+    this.toUpstream.flush();
     this.upstream.end();
   }
 
@@ -524,8 +568,8 @@ export class Session {
   private enterPipe(): void {
     this.mode = Mode.Pipe;
     this.stopHoldTimer();
-    // No proxy command can be in flight here (the client side waits for those), so replies need no counting.
-    this.replyPipe = true;
+    // Replies stop being counted, unless a pipelined script reply is still due: then after it.
+    if (this.captures.length === 0) this.replyPipe = true;
   }
 
   // ----------------------------------------------------------- lock blocks
@@ -545,9 +589,9 @@ export class Session {
   private onHoldTimeout(): void {
     this.holdTimer = undefined;
     if (this.mode !== Mode.Holding) return;
-    this.upstream.cork();
+    this.toUpstream.begin();
     this.release('hold-timeout');
-    this.upstream.uncork();
+    this.toUpstream.end();
   }
 
   /** Sends the held bytes upstream unchanged and goes back to forwarding. */
@@ -565,7 +609,7 @@ export class Session {
   private accountHeldFrames(): void {
     const step = this.matcher.step;
     const frames = 1 + (step >= BlockStep.Expire ? 1 : 0) + (step >= BlockStep.Exec ? 1 : 0) + (step >= BlockStep.Complete ? 1 : 0);
-    this.outstanding += frames;
+    this.expectReplies(frames);
     this.inMulti = step !== BlockStep.Complete;
     if (step === BlockStep.Complete) this.watching = false;
   }
@@ -583,71 +627,98 @@ export class Session {
       return false;
     }
     this.mode = Mode.Normal;
-    this.sendScript(call, false);
-    return true;
+    const block: PendingBlock = { call, rule, held: this.held };
+    this.held = [];
+    // With --lock-pipelining, once the script has worked on this connection, what follows the
+    // block is forwarded at once instead of waiting for the script's reply.
+    const pipelined = this.ctx.lockPipelining && this.scriptProven;
+    if (pipelined) this.ctx.stats.blocksPipelined++;
+    this.sendScript(block, false, pipelined);
+    return !pipelined;
   }
 
-  private sendScript(call: LockCall, withSource: boolean): void {
-    this.awaiting = 'script';
+  private sendScript(block: PendingBlock, withSource: boolean, pipelined: boolean): void {
+    if (!pipelined) this.awaiting = 'script';
     this.replyPipe = false;
-    this.writeUpstream(encodeLockCall(call, withSource));
-    this.captures.push((reply) => this.onScriptReply(reply, call, withSource));
-    this.updateFlow();
+    this.writeUpstream(encodeLockCall(block.call, withSource));
+    this.captures.push({ handle: (reply) => this.onScriptReply(reply, block, withSource, pipelined), after: 0 });
+    if (!pipelined) this.updateFlow();
   }
 
-  private onScriptReply(reply: Buffer, call: LockCall, withSource: boolean): void {
+  private onScriptReply(reply: Buffer, block: PendingBlock, withSource: boolean, pipelined: boolean): void {
     const outcome = translateScriptReply(reply);
     switch (outcome.kind) {
       case 'replies':
-        this.ctx.stats.blockRewritten(this.matcher.rule?.name ?? '');
-        this.held = [];
+        this.ctx.stats.blockRewritten(block.rule.name);
+        this.scriptProven = true;
         this.writeClient(outcome.bytes);
         break;
       case 'error':
+        if (pipelined) {
+          this.abandonPipelining(outcome.message, block);
+          return;
+        }
         if (!withSource && outcome.message.startsWith('-NOSCRIPT')) {
           // The script cache was flushed (SCRIPT FLUSH, restart, failover): send the source. Nothing
           // else was sent after the EVALSHA, so nothing is reordered.
           this.ctx.stats.scriptReloads++;
-          this.sendScript(call, true);
+          this.sendScript(block, true, false);
           return;
         }
-        this.fallBack(outcome.message, call);
+        this.fallBack(outcome.message, block);
         break;
       case 'unexpected':
-        this.log.error({ reply: outcome.message, key: describeKey(call.key) }, 'cannot interpret the script reply; closing the connection');
+        this.log.error({ reply: outcome.message, key: describeKey(block.call.key) }, 'cannot interpret the script reply; closing the connection');
         this.client.destroy();
         this.upstream.destroy();
         return;
     }
-    this.liftBarrier();
+    if (!pipelined) this.liftBarrier();
   }
 
   /** The script could not run: the original block goes upstream as the client sent it. */
-  private fallBack(message: string, call: LockCall): void {
+  private fallBack(message: string, block: PendingBlock): void {
+    const reason = this.noteFallback(message, block, 'lock script could not run; sending the original block unchanged (logged once per connection and reason)');
+    this.ctx.stats.blockFallback(block.rule.name, reason);
+    this.writeUpstream(joined(block.held));
+    this.expectReplies(4);
+  }
+
+  /**
+   * A pipelined script call failed where the script had worked before (an ACL
+   * change, SCRIPT FLUSH, a busy or out-of-memory server). What the client sent
+   * after the block has already run, so sending the block now would reorder it:
+   * the connection is closed instead, after the replies that precede the block,
+   * as if the network had failed. The client's reconnection starts unproven, so
+   * its first block takes the ordered path with the fallback.
+   */
+  private abandonPipelining(message: string, block: PendingBlock): void {
+    const reason = this.noteFallback(message, block, 'pipelined lock script failed; closing the connection to keep the order of commands');
+    this.ctx.stats.blockFallback(block.rule.name, `${reason} (connection closed)`);
+    this.captures = [];
+    this.endClient();
+    this.upstream.destroy();
+  }
+
+  /** Logs a script failure once per connection and reason; returns the reason (the error's first word). */
+  private noteFallback(message: string, block: PendingBlock, text: string): string {
     const reason = /^-(\S+)/.exec(message)?.[1] ?? 'ERR';
-    this.ctx.stats.blockFallback(this.matcher.rule?.name ?? '', reason);
     if (!this.fallbackReasonsLogged.has(reason)) {
       this.fallbackReasonsLogged.add(reason);
-      this.log.warn(
-        { reason, error: message, rule: this.matcher.rule?.name, key: describeKey(call.key) },
-        'lock script could not run; sending the original block unchanged (logged once per connection and reason)',
-      );
+      this.log.warn({ reason, error: message, rule: block.rule.name, key: describeKey(block.call.key) }, text);
     }
-    const held = this.held;
-    this.held = [];
-    this.writeUpstream(joined(held));
-    this.outstanding += 4;
+    return reason;
   }
 
   /** The proxy's own command is answered: forward what the client sent meanwhile. */
   private liftBarrier(): void {
     this.awaiting = null;
-    this.upstream.cork();
+    this.toUpstream.begin();
     while (this.awaiting === null && this.stalled.length > 0) {
       const chunk = this.stalled.shift() as Buffer;
       this.processClientChunk(chunk);
     }
-    this.upstream.uncork();
+    this.toUpstream.end();
     if (this.mode === Mode.Pipe && this.captures.length === 0) this.replyPipe = true;
     if (this.awaiting === null && this.clientEnded) this.finishClientEnd();
     this.updateFlow();
@@ -662,7 +733,9 @@ export class Session {
       this.writeClient(chunk);
       return;
     }
+    this.toClient.begin();
     this.processReplyChunk(chunk);
+    this.toClient.end();
     if (this.draining) this.closeIfDrained();
   }
 
@@ -672,8 +745,6 @@ export class Session {
     let pos = 0;
     /** Start of the bytes of this chunk not yet forwarded or captured. */
     let from = 0;
-    /** Corked once the proxy's own reply is found: then several writes follow. */
-    let corked = false;
     while (pos < chunk.length && !this.replyPipe && !this.client.destroyed) {
       if (this.captures.length === 0 || this.outstanding > 0) {
         const limit = this.captures.length === 0 ? Number.MAX_SAFE_INTEGER : this.outstanding;
@@ -688,10 +759,6 @@ export class Session {
       pos = scanner.scan(chunk, pos, 1, true);
       if (scanner.error !== '') return this.replyDesync(chunk, from, scanner.error);
       if (scanner.isPush) continue;
-      if (!corked) {
-        this.client.cork();
-        corked = true;
-      }
       this.writeClient(chunk.subarray(from, frameBegin));
       this.captureParts.push(chunk.subarray(frameBegin, pos));
       from = pos;
@@ -699,11 +766,13 @@ export class Session {
         const reply = this.captureParts.length === 1 ? this.captureParts[0] : Buffer.concat(this.captureParts);
         this.captureParts = [];
         const capture = this.captures.shift() as Capture;
-        capture(reply);
+        this.outstanding += capture.after;
+        capture.handle(reply);
+        // A connection that became a plain pipe while the proxy's command was in flight needs no more counting.
+        if (this.mode === Mode.Pipe && this.captures.length === 0) this.replyPipe = true;
       }
     }
     this.writeClient(from === 0 ? chunk : chunk.subarray(from));
-    if (corked) this.client.uncork();
   }
 
   /** More replies than requests: something the proxy did not account for. It stops interpreting. */
@@ -736,4 +805,46 @@ export class Session {
 /** One buffer for several (held bytes are small), so that they go out in one write. */
 function joined(parts: Buffer[]): Buffer {
   return parts.length === 1 ? parts[0] : Buffer.concat(parts);
+}
+
+/**
+ * Collects the writes made while one chunk is processed, so that they leave in
+ * one write (the usual case, no cork needed) or one writev, instead of one
+ * system call each. Outside begin()/end() a write goes out at once.
+ */
+class WriteBatch {
+  private parts: Buffer[] = [];
+  private depth = 0;
+
+  constructor(
+    private readonly socket: net.Socket,
+    private readonly send: (bytes: Buffer) => void,
+  ) {}
+
+  begin(): void {
+    this.depth++;
+  }
+
+  add(bytes: Buffer): void {
+    if (this.depth === 0) this.send(bytes);
+    else this.parts.push(bytes);
+  }
+
+  end(): void {
+    if (--this.depth === 0) this.flush();
+  }
+
+  /** Sends what is collected now (before the socket is ended, for example). */
+  flush(): void {
+    const parts = this.parts;
+    if (parts.length === 0) return;
+    this.parts = [];
+    if (parts.length === 1) {
+      this.send(parts[0]);
+      return;
+    }
+    this.socket.cork();
+    for (const part of parts) this.send(part);
+    this.socket.uncork();
+  }
 }

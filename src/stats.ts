@@ -46,6 +46,8 @@ export class Stats {
   readonly releases = new Map<string, number>();
   /** Times the script was missing from the script cache and was sent in full. */
   scriptReloads = 0;
+  /** Script calls sent without holding back what followed them (--lock-pipelining). */
+  blocksPipelined = 0;
   /** Per-rule block counts, by rule name. */
   readonly byRule = new Map<string, RuleCounters>();
   /** Rule reloads that succeeded and that were refused. */

@@ -42,6 +42,7 @@ describe('resolveConfig', () => {
       maxConnections: 10_000,
       maxFrameBytes: 512 * 1024 * 1024,
       idleTimeoutMs: 0,
+      lockPipelining: false,
       upstreamTls: null,
       listenerTls: null,
       sentinel: null,

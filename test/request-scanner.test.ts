@@ -50,6 +50,8 @@ const ORACLE_NAMES = new Map<string, Cmd>([
   ['monitor', Cmd.Uncountable],
   ['sync', Cmd.Uncountable],
   ['psync', Cmd.Uncountable],
+  ['auth', Cmd.Auth],
+  ['hello', Cmd.Auth],
 ]);
 
 /** Classification by the test's own table: ASCII letters only are case-folded. */

@@ -124,6 +124,11 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     },
   );
   counter(
+    'blocks_pipelined_total',
+    'Lock blocks whose script call was pipelined (--lock-pipelining): what followed was not held back.',
+    () => stats.blocksPipelined,
+  );
+  counter(
     'script_reloads_total',
     'Times the script was missing from the script cache and was sent in full.',
     () => stats.scriptReloads,

@@ -28,6 +28,8 @@ export const Cmd = {
    * like replies), MONITOR (an endless stream), SYNC/PSYNC (replication stream).
    */
   Uncountable: 13,
+  /** AUTH and HELLO: they can change the connection's user, and so what it may run. */
+  Auth: 14,
 } as const;
 export type Cmd = (typeof Cmd)[keyof typeof Cmd];
 
@@ -57,6 +59,8 @@ const NAMES: Array<[string, Cmd]> = [
   ['monitor', Cmd.Uncountable],
   ['sync', Cmd.Uncountable],
   ['psync', Cmd.Uncountable],
+  ['auth', Cmd.Auth],
+  ['hello', Cmd.Auth],
 ];
 
 /** Longest name worth looking at; longer names are always `Cmd.Other`. */

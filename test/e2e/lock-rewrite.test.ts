@@ -329,3 +329,76 @@ describe('when the script cannot run', () => {
     }
   });
 });
+
+describe('with --lock-pipelining', () => {
+  let pipelined: TestProxy;
+
+  beforeAll(async () => {
+    pipelined = await startTestProxy({ upstream: redis.url, holdMs: 250, lockPipelining: true });
+  });
+
+  afterAll(async () => {
+    await pipelined?.close();
+  });
+
+  /** Lock blocks on a few keys interleaved with other commands, as one pipeline. */
+  function mixedBatch(round: number): { bytes: Buffer; replies: number } {
+    const parts: Buffer[] = [];
+    let replies = 0;
+    for (let i = 0; i < 40; i++) {
+      const key = taskLockKey(BigInt((i * 7 + round) % 5));
+      switch (i % 4) {
+        case 0:
+          parts.push(lockAttempt(key, 3600));
+          replies += 4;
+          break;
+        case 1:
+          parts.push(cmd('SET', `plain:${i % 3}`, String(i)));
+          replies += 1;
+          break;
+        case 2:
+          parts.push(i % 8 === 2 ? cmd('DEL', key) : cmd('GET', `plain:${i % 3}`));
+          replies += 1;
+          break;
+        default:
+          parts.push(cmd('PING'));
+          replies += 1;
+      }
+    }
+    return { bytes: Buffer.concat(parts), replies };
+  }
+
+  it('gives byte for byte what the ordered path gives, for pipelines of blocks and other commands', async () => {
+    for (let round = 0; round < 5; round++) {
+      const { bytes, replies } = mixedBatch(round);
+      await adminCall('FLUSHALL');
+      const ordered = await exchange(proxy.port, Buffer.concat([lockAttempt('lock:warm', 60), bytes]), 4 + replies);
+      await adminCall('FLUSHALL');
+      // The first block proves the script on the connection; the rest are pipelined.
+      const fast = await exchange(pipelined.port, Buffer.concat([lockAttempt('lock:warm', 60), bytes]), 4 + replies);
+      expect(fast).toBe(ordered);
+    }
+    expect(pipelined.stats.blocksRewritten).toBeGreaterThan(40);
+    expect(pipelined.stats.blocksPipelined).toBeGreaterThan(40); // the first block of each connection waited, the rest did not
+  });
+
+  it('closes the connection after the replies before a block whose script stops working, and the next connection falls back in order', async () => {
+    await adminCall('ACL', 'SETUSER', 'flaky', 'on', '>pw', '~*', '&*', '+@all');
+    const key = taskLockKey(77n);
+    const client = await RawClient.connect(pipelined.port);
+    client.write(Buffer.concat([cmd('AUTH', 'flaky', 'pw'), lockAttempt(key, 3600)]));
+    expect((await client.readReplies(5)).toString()).toBe('+OK\r\n' + attemptReplies(1, 1));
+    await adminCall('ACL', 'SETUSER', 'flaky', '-evalsha', '-eval');
+    client.write(Buffer.concat([cmd('PING'), lockAttempt(key, 3600), cmd('PING')]));
+    expect((await client.readUntilClosed()).toString()).toBe('+PONG\r\n');
+    expect(pipelined.stats.fallbacks.get('NOPERM (connection closed)')).toBe(1);
+    expect(await adminCall('GET', key)).toBe('$1\r\n1\r\n'); // the failed block did not run
+
+    // A new connection starts unproven: its first block waits for the script, and falls back in order.
+    const again = await RawClient.connect(pipelined.port);
+    again.write(Buffer.concat([cmd('AUTH', 'flaky', 'pw'), lockAttempt(key, 3600), cmd('DEL', key)]));
+    expect((await again.readReplies(6)).toString()).toBe('+OK\r\n' + attemptReplies(2, 1) + ':1\r\n');
+    await again.close();
+    await adminCall('ACL', 'DELUSER', 'flaky');
+  });
+});

@@ -46,6 +46,7 @@ export interface TestProxyOptions {
   mode?: 'enforce' | 'observe';
   maxFrameBytes?: number;
   idleTimeoutMs?: number;
+  lockPipelining?: boolean;
   maxConnections?: number;
   upstreamTls?: UpstreamTls;
   listenerTls?: ListenerTls;
@@ -78,6 +79,7 @@ export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy>
       connectTimeoutMs: opts.connectTimeoutMs ?? 2000,
       maxFrameBytes: opts.maxFrameBytes ?? 512 * 1024 * 1024,
       idleTimeoutMs: opts.idleTimeoutMs ?? 0,
+      lockPipelining: opts.lockPipelining ?? false,
       log,
       stats,
     },
