@@ -246,6 +246,7 @@ interface Setup {
 async function startTargets(tools: Tools, without: Set<string>, dir: string, fdLimit: number): Promise<Setup> {
   const redis = await startRedis(tools.redisServer, dir);
   const proxy = await startProxy(redis.port);
+  const pipelined = await startProxy(redis.port, ['--lock-pipelining']);
   const haproxy = tools.haproxy ? await startHaproxy(tools.haproxy, redis.port, dir, fdLimit) : null;
   if (haproxy && haproxyMaxconn(fdLimit) < 10_000) {
     log(`bench: haproxy maxconn ${haproxyMaxconn(fdLimit)}, not 10000: it needs 2 files per connection and the limit is ${fdLimit}`);
@@ -268,9 +269,13 @@ async function startTargets(tools: Tools, without: Set<string>, dir: string, fdL
   return {
     redis,
     proxy,
-    running: [redis, proxy, ...(haproxy ? [haproxy] : []), ...(nutcracker ? [nutcracker] : [])],
+    running: [redis, proxy, pipelined, ...(haproxy ? [haproxy] : []), ...(nutcracker ? [nutcracker] : [])],
     targets,
-    lockTargets: targets.filter((t) => t.name !== 'nutcracker'),
+    lockTargets: [
+      ...targets.filter((t) => t.name === 'direct' || t.name === 'proxy'),
+      { name: 'pipelined' as const, port: pipelined.port },
+      ...targets.filter((t) => t.name === 'haproxy'),
+    ],
     absent,
   };
 }

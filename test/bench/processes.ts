@@ -25,8 +25,11 @@ import { ReplyCounter } from './resp-counter.js';
 
 export const HOST = '127.0.0.1';
 
-export type TargetName = 'direct' | 'proxy' | 'haproxy' | 'nutcracker';
+export type TargetName = 'direct' | 'proxy' | 'pipelined' | 'haproxy' | 'nutcracker';
+/** The targets of the pass-through and latency loads. */
 export const TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'haproxy', 'nutcracker'];
+/** The targets of the lock load: also the proxy with --lock-pipelining ('pipelined'); nutcracker cannot carry MULTI. */
+export const LOCK_TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'pipelined', 'haproxy'];
 
 /** Something the loads connect to. */
 export interface Target {
@@ -257,11 +260,11 @@ export async function startRedis(bin: string, dir: string): Promise<Managed> {
 }
 
 /** The proxy under test, exactly as an operator runs it, minus the admin server and info logs. */
-export async function startProxy(redisPort: number): Promise<Managed> {
+export async function startProxy(redisPort: number, extraArgs: string[] = []): Promise<Managed> {
   const port = await freePort();
   const cli = path.join(repoRoot(), 'dist', 'cli.js');
   const args = [cli, '--listen', `${HOST}:${port}`, '--upstream', `redis://${HOST}:${redisPort}`];
-  args.push('--admin-listen', 'off', '--log-level', 'warn');
+  args.push('--admin-listen', 'off', '--log-level', 'warn', ...extraArgs);
   const proxy = spawnTracked('redis-lock-proxy', process.execPath, args, port);
   await waitReady(proxy, port);
   return proxy;

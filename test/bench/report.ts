@@ -6,7 +6,7 @@
 import type { LatencyResult } from './latency.js';
 import type { LockLoadResult } from './lock-load.js';
 import type { IdleResult, ProcMemory, StreamResult } from './memory.js';
-import { TARGET_NAMES, type TargetName } from './processes.js';
+import { LOCK_TARGET_NAMES, TARGET_NAMES, type TargetName } from './processes.js';
 import { TESTS, type BenchmarkResult, type TestName } from './redis-benchmark.js';
 
 export type Pipeline = 'p1' | 'p16';
@@ -65,7 +65,7 @@ export function geomean(values: number[]): number {
 
 function mapTargets<T, U>(per: PerTarget<T>, f: (value: T) => U): PerTarget<U> {
   const out: PerTarget<U> = {};
-  for (const name of TARGET_NAMES) {
+  for (const name of new Set([...TARGET_NAMES, ...LOCK_TARGET_NAMES])) {
     const value = per[name];
     if (value !== undefined) out[name] = f(value);
   }
@@ -153,6 +153,7 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
     check(`pass-through P1 >= 0.7x nutcracker ${geo}`, proxyOver('p1', 'nutcracker'), '>=', 0.7, times, noPeer('nutcracker')),
     check('lock acquisition P1 via proxy >= 0.9x direct', ratioOf(m.lock.p1.proxy, m.lock.p1.direct), '>=', 0.9, times, 'not measured'),
     check('lock acquisition P16 via proxy >= 0.9x direct', ratioOf(m.lock.p16.proxy, m.lock.p16.direct), '>=', 0.9, times, 'not measured'),
+    check('  the same with --lock-pipelining', ratioOf(m.lock.p16.pipelined, m.lock.p16.direct), '>=', 0.9, times, 'not measured'),
     check('added latency p50 <= 60 µs', addedLatency('p50'), '<=', 60, micros, 'not measured'),
     check('added latency p99 <= 250 µs', addedLatency('p99'), '<=', 250, micros, 'not measured'),
     memoryCheck('RSS <= 150 MiB with 5,000 idle connections (VmHWM)', results.memory.idle, (v) => v.after.hwm, '<=', 150),
@@ -211,14 +212,16 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
 
   out.push('');
   out.push(`Lock acquisition: ${ctx.lockConnections} connections, 1 request in 5 a Stalwart lock block (counted as 1), requests/s, ${rounds}`);
-  out.push('  (direct runs the block as sent; the proxy rewrites it; nutcracker does not support MULTI)');
+  out.push('  (direct runs the block as sent; the proxy rewrites it; pipelined: the proxy with --lock-pipelining;');
+  out.push('   nutcracker does not support MULTI)');
   out.push(
     table(
-      ['load', ...TARGET_NAMES, 'proxy/direct', 'proxy/haproxy'],
+      ['load', ...LOCK_TARGET_NAMES, 'proxy/direct', 'pipelined/direct', 'proxy/haproxy'],
       PIPELINES.map((p) => [
         `lock ${p.toUpperCase()}`,
-        ...TARGET_NAMES.map((name) => cell(name, m.lock[p][name], int)),
+        ...LOCK_TARGET_NAMES.map((name) => cell(name, m.lock[p][name], int)),
         ratio(m.lock[p].proxy, m.lock[p].direct),
+        ratio(m.lock[p].pipelined, m.lock[p].direct),
         ratio(m.lock[p].proxy, m.lock[p].haproxy),
       ]),
     ),
