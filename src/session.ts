@@ -327,7 +327,8 @@ export class Session {
   }
 
   private writeClient(bytes: Buffer): void {
-    if (bytes.length > 0) this.toClient.add(bytes);
+    // Once the client side is ended (a refusal, an abandoned pipeline), nothing more is sent to it.
+    if (bytes.length > 0 && !this.client.writableEnded) this.toClient.add(bytes);
   }
 
   private sendUpstream(bytes: Buffer): void {
