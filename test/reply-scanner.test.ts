@@ -10,6 +10,7 @@ import fc from 'fast-check';
 import Parser from 'redis-parser';
 import { describe, expect, it } from 'vitest';
 import { ReplyScanner } from '../src/resp/reply-scanner.js';
+import { splitAt } from './support/chunks.js';
 
 // ---------------------------------------------------------------------------
 // Generators. Encoded values are latin1 strings, so counterexamples print readably.
@@ -161,18 +162,6 @@ function layout(frames: TopFrame[]): Layout {
     off += len;
   }
   return { bytes: Buffer.from(frames.map((f) => f.bytes).join(''), 'latin1'), frames: out };
-}
-
-/** Splits at the given cut points (modulo length+1); empty chunks are dropped. Chunks are copies. */
-function splitAt(buf: Buffer, cuts: number[]): Buffer[] {
-  const points = [...new Set(cuts.map((c) => c % (buf.length + 1)))].sort((a, b) => a - b);
-  const chunks: Buffer[] = [];
-  let prev = 0;
-  for (const p of [...points, buf.length]) {
-    if (p > prev) chunks.push(Buffer.from(buf.subarray(prev, p)));
-    prev = Math.max(prev, p);
-  }
-  return chunks;
 }
 
 function checkFrameStart(s: ReplyScanner, base: number, start: number): void {

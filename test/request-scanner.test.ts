@@ -10,6 +10,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Cmd } from '../src/resp/commands.js';
+import { splitAt } from './support/chunks.js';
 import {
   END,
   HEAD,
@@ -293,18 +294,6 @@ function scanChunks(chunks: Buffer[]): FrameRecord[] {
   if (pending !== null) throw new Error('stream ended after HEAD without END');
   if (!scanner.atFrameBoundary) throw new Error('stream ended inside a frame');
   return records;
-}
-
-/** Splits at the given cut points (taken modulo length+1); empty chunks are dropped. Chunks are copies. */
-function splitAt(buf: Buffer, cuts: number[]): Buffer[] {
-  const points = [...new Set(cuts.map((c) => c % (buf.length + 1)))].sort((a, b) => a - b);
-  const chunks: Buffer[] = [];
-  let prev = 0;
-  for (const p of [...points, buf.length]) {
-    if (p > prev) chunks.push(Buffer.from(buf.subarray(prev, p)));
-    prev = Math.max(prev, p);
-  }
-  return chunks;
 }
 
 function oneByteChunks(buf: Buffer): Buffer[] {
