@@ -814,7 +814,7 @@ function joined(parts: Buffer[]): Buffer {
  * system call each. Outside begin()/end() a write goes out at once.
  */
 class WriteBatch {
-  private parts: Buffer[] = [];
+  private readonly parts: Buffer[] = [];
   private depth = 0;
 
   constructor(
@@ -839,13 +839,16 @@ class WriteBatch {
   flush(): void {
     const parts = this.parts;
     if (parts.length === 0) return;
-    this.parts = [];
     if (parts.length === 1) {
-      this.send(parts[0]);
+      // The usual case: one write, and the array is reused rather than replaced.
+      const only = parts[0];
+      parts.length = 0;
+      this.send(only);
       return;
     }
+    const all = parts.splice(0);
     this.socket.cork();
-    for (const part of parts) this.send(part);
+    for (const part of all) this.send(part);
     this.socket.uncork();
   }
 }

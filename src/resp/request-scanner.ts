@@ -169,11 +169,6 @@ export class RequestScanner {
     return this.state !== State.FrameStart && !this.headReported;
   }
 
-  /** Command name bytes of the current frame (at most MAX_CLASSIFIED_NAME bytes were kept). */
-  get nameBytes(): Buffer {
-    return this.name.subarray(0, Math.min(this.nameLength, MAX_CLASSIFIED_NAME));
-  }
-
   /** Call before scanning a new chunk. */
   newChunk(): void {
     this.frameStart = -1;
