@@ -16,7 +16,10 @@ import { resolveConfig, USAGE, type Config } from './config.js';
 import { createLogger, type Logger } from './log.js';
 import { RuleStore } from './rules/store.js';
 import { startProxy, type ProxyServer } from './server.js';
+import type { ProxyContext } from './session.js';
 import { Stats } from './stats.js';
+import { ClusterManager } from './cluster/manager.js';
+import type { NodeDirectory } from './cluster/rewrite.js';
 import { UpstreamConnector } from './upstream/connect.js';
 import { probeUpstream } from './upstream/probe.js';
 import { SentinelMonitor } from './upstream/sentinel.js';
@@ -46,26 +49,34 @@ async function run(config: Config): Promise<void> {
   const rules = new RuleStore(config.rulePaths, log, stats);
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
   const sentinel = await startSentinel(config, log);
-  const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, sentinel);
+  const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
+    upstream,
+    rules: () => rules.current,
+    mode: config.mode,
+    holdMs: config.holdMs,
+    connectTimeoutMs: config.connectTimeoutMs,
+    maxFrameBytes: config.maxFrameBytes,
+    idleTimeoutMs: config.idleTimeoutMs,
+    lockPipelining: config.lockPipelining,
+    cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
+    log,
+    stats,
+  });
 
-  const server = await startProxy(
+  // Cluster mode: a listener per node; the --listen listener is the seed, going to any live node.
+  const cluster = config.cluster === null ? null : await startCluster(config, contextFor, log, stats);
+  const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, cluster ?? sentinel);
+  const seed = await startProxy(
     { listen: config.listen, tls: config.listenerTls, maxConnections: config.maxConnections },
-    {
-      upstream,
-      rules: () => rules.current,
-      mode: config.mode,
-      holdMs: config.holdMs,
-      connectTimeoutMs: config.connectTimeoutMs,
-      maxFrameBytes: config.maxFrameBytes,
-      idleTimeoutMs: config.idleTimeoutMs,
-      lockPipelining: config.lockPipelining,
-      log,
-      stats,
-    },
-  );
+    contextFor(upstream, cluster),
+  ).catch(async (err: Error) => {
+    await cluster?.close();
+    throw new Error(`listen ${config.listen.host}:${config.listen.port}: ${err.message}`);
+  });
+  const server = cluster === null ? seed : withNodeListeners(seed, cluster);
 
   sentinel?.on('switch', (from, to) => {
-    const closed = server.closeSessionsTo(`${from.host}:${from.port}`);
+    const closed = seed.closeSessionsTo(`${from.host}:${from.port}`);
     log.warn({ from: `${from.host}:${from.port}`, to: `${to.host}:${to.port}`, closed }, 'master changed; closed the connections to the old master');
   });
 
@@ -81,7 +92,11 @@ async function run(config: Config): Promise<void> {
     config.adminListen === null
       ? null
       : await startAdminServer(config.adminListen, {
-          registry: createMetricsRegistry(stats, { rulesLoaded: () => rules.current.rules.length, ruleFiles: () => rules.current.files }),
+          registry: createMetricsRegistry(stats, {
+            rulesLoaded: () => rules.current.rules.length,
+            ruleFiles: () => rules.current.files,
+            clusterNodes: cluster === null ? undefined : () => cluster.nodes(),
+          }),
           ready,
           log,
         }).catch((err: Error) => {
@@ -92,7 +107,8 @@ async function run(config: Config): Promise<void> {
   for (const rule of rules.current.rules) byMode[config.mode === 'observe' ? 'observe' : rule.mode]++;
   log.info(
     {
-      listen: `${server.address.host}:${server.address.port}`,
+      listen: `${seed.address.host}:${seed.address.port}`,
+      ...(cluster === null ? {} : { clusterNodes: cluster.nodes().map((node) => `${node.address} (${node.role}) on ${node.listenPort}`) }),
       tls: config.listenerTls !== null,
       upstream: upstream.describe(),
       admin: admin === null ? 'off' : `${admin.address.host}:${admin.address.port}`,
@@ -115,7 +131,44 @@ async function run(config: Config): Promise<void> {
   });
 }
 
-function handleShutdownSignals(config: Config, log: Logger, server: ProxyServer, cleanup: () => Promise<void>): void {
+async function startCluster(
+  config: Config,
+  contextFor: (upstream: UpstreamConnector, nodes: NodeDirectory) => ProxyContext,
+  log: Logger,
+  stats: Stats,
+): Promise<ClusterManager> {
+  const cluster = config.cluster as NonNullable<Config['cluster']>;
+  return ClusterManager.start({
+    seeds: cluster.seeds,
+    upstreamTls: config.upstreamTls,
+    listenHost: config.listen.host,
+    reservedPorts: [config.listen.port],
+    listenerTls: config.listenerTls,
+    basePort: cluster.basePort,
+    portMap: cluster.portMap,
+    refreshMs: cluster.refreshMs,
+    connectTimeoutMs: config.connectTimeoutMs,
+    shutdownTimeoutMs: config.shutdownTimeoutMs,
+    maxConnections: config.maxConnections,
+    contextFor,
+    log,
+    stats,
+  });
+}
+
+/** The seed listener and the node listeners, shut down together. */
+function withNodeListeners(seed: ProxyServer, cluster: ClusterManager): Pick<ProxyServer, 'sessionCount' | 'shutdown'> {
+  return {
+    get sessionCount() {
+      return seed.sessionCount + cluster.sessionCount;
+    },
+    async shutdown(timeoutMs: number) {
+      await Promise.all([seed.shutdown(timeoutMs), cluster.shutdown(timeoutMs)]);
+    },
+  };
+}
+
+function handleShutdownSignals(config: Config, log: Logger, server: Pick<ProxyServer, 'sessionCount' | 'shutdown'>, cleanup: () => Promise<void>): void {
   let stopping = false;
   const onSignal = (signal: string): void => {
     if (stopping) {

@@ -42,6 +42,18 @@ export interface SentinelConfig {
 
 export type GlobalMode = 'enforce' | 'observe';
 
+export interface ClusterConfig {
+  /** Nodes the topology is first asked of; their credentials and TLS apply to every node. */
+  readonly seeds: readonly UpstreamTarget[];
+  /** First port for node listeners (those not in portMap). */
+  readonly basePort: number;
+  /** Fixed listener port by node address as the cluster announces it (`host:port`). */
+  readonly portMap: ReadonlyMap<string, number>;
+  /** Host written into cluster replies; null: the address each client connected to. */
+  readonly announceHost: string | null;
+  readonly refreshMs: number;
+}
+
 export interface Config {
   readonly listen: ListenAddress;
   readonly upstream: UpstreamTarget;
@@ -65,6 +77,8 @@ export interface Config {
   /** TLS for clients, when --tls-cert is set. */
   readonly listenerTls: ListenerTls | null;
   readonly sentinel: SentinelConfig | null;
+  /** Set in cluster mode (--cluster). */
+  readonly cluster: ClusterConfig | null;
 }
 
 /** The rules shipped with the package (rules/ next to src/ and dist/). */
@@ -86,7 +100,12 @@ interface OptionSpec {
 /** Every setting: flag `--name`, variable `REDIS_LOCK_PROXY_NAME`, config file key `name`. */
 export const OPTIONS = {
   listen: { kind: 'string', default: '127.0.0.1:6380', help: 'address clients connect to, HOST:PORT' },
-  upstream: { kind: 'string', default: 'redis://127.0.0.1:6379', help: 'Redis URL: redis://, rediss:// (TLS) or unix://', secret: true },
+  upstream: {
+    kind: 'string',
+    default: 'redis://127.0.0.1:6379',
+    help: 'Redis URL: redis://, rediss:// (TLS) or unix://; with --cluster, seed node URLs, comma-separated',
+    secret: true,
+  },
   rules: { kind: 'list', help: 'rule file or directory of *.yaml files; repeatable (default: the shipped rules/)' },
   mode: { kind: 'string', default: 'enforce', help: 'enforce (rules decide) or observe (every rule only observes)' },
   'hold-ms': { kind: 'integer', default: 10, min: 1, max: 60_000, help: 'how long an incomplete MULTI block waits for more bytes' },
@@ -110,6 +129,11 @@ export const OPTIONS = {
   'sentinel-master': { kind: 'string', help: 'master name the sentinels monitor' },
   'sentinel-username': { kind: 'string', help: 'user name for the sentinels themselves' },
   'sentinel-password': { kind: 'string', secret: true, help: 'password for the sentinels themselves' },
+  cluster: { kind: 'boolean', default: false, help: 'run in front of a Redis Cluster: a listener per node, node addresses in replies rewritten' },
+  'cluster-base-port': { kind: 'integer', default: 0, min: 0, max: 65535, help: 'first node listener port (0: the --listen port + 1)' },
+  'cluster-port-map': { kind: 'list', help: 'fixed node listener ports, NODEHOST:NODEPORT=PORT (repeatable or comma-separated)' },
+  'cluster-announce-host': { kind: 'string', help: 'host written into cluster replies (default: the address the client connected to)' },
+  'cluster-refresh-ms': { kind: 'integer', default: 10_000, min: 100, max: 3_600_000, help: 'how often the cluster topology is asked again' },
   'log-level': { kind: 'string', default: 'info', help: 'fatal|error|warn|info|debug|trace|silent' },
 } as const satisfies Record<string, OptionSpec>;
 
@@ -299,7 +323,12 @@ function buildConfig(settings: RawSettings): Config {
   const mode = text(settings, 'mode');
   if (mode !== 'enforce' && mode !== 'observe') throw new ConfigError(`mode must be enforce or observe, got "${mode}"`);
   const adminText = text(settings, 'admin-listen') ?? 'off';
-  const upstream = parseUpstreamUrl(text(settings, 'upstream') ?? 'redis://127.0.0.1:6379');
+  const clusterMode = boolean(settings, 'cluster');
+  const upstreamText = text(settings, 'upstream') ?? 'redis://127.0.0.1:6379';
+  // A comma separates seed URLs in cluster mode only (a password may hold a comma: write it %2C).
+  const upstreams = (clusterMode ? splitList(upstreamText) : [upstreamText]).map(parseUpstreamUrl);
+  if (upstreams.length === 0) throw new ConfigError('upstream: no URL given');
+  const upstream = upstreams[0];
 
   const tlsFlags = ['upstream-ca', 'upstream-cert', 'upstream-key', 'upstream-servername'] as const;
   if (!upstream.tls && (tlsFlags.some((f) => settings[f] !== undefined) || boolean(settings, 'upstream-insecure'))) {
@@ -343,8 +372,16 @@ function buildConfig(settings: RawSettings): Config {
         };
   if (sentinel !== null && upstream.path !== undefined) throw new ConfigError('with sentinel, the upstream URL must be redis:// or rediss:// (its host is replaced by the master)');
 
+  const listen = parseListen(text(settings, 'listen') ?? '');
+  const cluster = clusterMode ? buildClusterConfig(settings, upstreams, listen, sentinel !== null) : null;
+  if (!clusterMode) {
+    for (const name of ['cluster-base-port', 'cluster-port-map', 'cluster-announce-host'] as const) {
+      if (settings[name] !== undefined && !(name === 'cluster-base-port' && Number(settings[name]) === 0)) throw new ConfigError(`${name} needs --cluster`);
+    }
+  }
+
   return {
-    listen: parseListen(text(settings, 'listen') ?? ''),
+    listen,
     upstream,
     rulePaths: list(settings, 'rules') ?? [DEFAULT_RULES_DIR],
     holdMs: integer(settings, 'hold-ms'),
@@ -361,6 +398,38 @@ function buildConfig(settings: RawSettings): Config {
     upstreamTls,
     listenerTls,
     sentinel,
+    cluster,
+  };
+}
+
+function buildClusterConfig(settings: RawSettings, seeds: UpstreamTarget[], listen: ListenAddress, withSentinel: boolean): ClusterConfig {
+  if (withSentinel) throw new ConfigError('cluster and sentinel cannot be combined (a cluster finds its own masters)');
+  for (const seed of seeds) {
+    if (seed.path !== undefined) throw new ConfigError(`cluster: seed ${seed.display} must be redis:// or rediss:// (cluster nodes are reached over TCP)`);
+    if (seed.db !== 0) throw new ConfigError(`cluster: seed ${seed.display} selects database ${seed.db}; Redis Cluster has database 0 only`);
+    if (seed.tls !== seeds[0].tls) throw new ConfigError('cluster: seed URLs must all be redis:// or all rediss://');
+  }
+  const portMap = new Map<string, number>();
+  for (const entry of list(settings, 'cluster-port-map') ?? []) {
+    const match = /^(.+:\d+)=(\d+)$/.exec(entry);
+    const port = match ? Number(match[2]) : NaN;
+    if (!match || !(port >= 1 && port <= 65535)) {
+      throw new ConfigError(`cluster-port-map entry "${entry}" is not NODEHOST:NODEPORT=PORT (for example 10.0.0.5:6379=7001)`);
+    }
+    const node = parseListen(match[1], 'cluster-port-map node address');
+    if ([...portMap.values()].includes(port) || port === listen.port) throw new ConfigError(`cluster-port-map: port ${port} is given twice (or is the --listen port)`);
+    portMap.set(`${node.host}:${node.port}`, port);
+  }
+  const base = integer(settings, 'cluster-base-port');
+  if (listen.port === 0 && base === 0) throw new ConfigError('cluster: with --listen port 0, set --cluster-base-port');
+  const announce = text(settings, 'cluster-announce-host');
+  if (announce !== undefined && !/^[^\s:,]+$|^[0-9a-fA-F:.]+$/.test(announce)) throw new ConfigError(`cluster-announce-host "${announce}" is not a host name or IP address`);
+  return {
+    seeds,
+    basePort: base === 0 ? listen.port + 1 : base,
+    portMap,
+    announceHost: announce ?? null,
+    refreshMs: integer(settings, 'cluster-refresh-ms'),
   };
 }
 
@@ -371,7 +440,7 @@ function describeSettings(settings: RawSettings, config: Config): string {
     const value = settings[name];
     if (value === undefined) continue;
     const spec: OptionSpec = OPTIONS[name];
-    if (name === 'upstream') shown[name] = config.upstream.display;
+    if (name === 'upstream') shown[name] = (config.cluster?.seeds ?? [config.upstream]).map((seed) => seed.display).join(',');
     else if (spec.secret) shown[name] = '***';
     else if (spec.kind === 'integer') shown[name] = Number(value);
     else if (spec.kind === 'list') shown[name] = list(settings, name);

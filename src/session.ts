@@ -32,6 +32,14 @@ import { describeKey, type Logger } from './log.js';
 import type { Stats } from './stats.js';
 import type { UpstreamConnector } from './upstream/connect.js';
 import { setupCommands } from './upstream/target.js';
+import { rewriteRedirect, rewriteTopologyReply, topologyReplyOf, type Announce, type NodeDirectory } from './cluster/rewrite.js';
+
+/** Cluster mode: node addresses in replies are rewritten to the proxy's listeners. */
+export interface ClusterReplies {
+  readonly nodes: NodeDirectory;
+  /** Host written into replies; null: the address the client connected to. */
+  readonly announceHost: string | null;
+}
 
 export interface ProxyContext {
   readonly upstream: UpstreamConnector;
@@ -48,6 +56,8 @@ export interface ProxyContext {
   readonly idleTimeoutMs: number;
   /** Forward what follows a lock block without waiting for its script, once the script has worked on the connection. */
   readonly lockPipelining: boolean;
+  /** Set in cluster mode. */
+  readonly cluster?: ClusterReplies | null;
   readonly log: Logger;
   readonly stats: Stats;
 }
@@ -74,9 +84,16 @@ interface PendingBlock {
   readonly rule: Rule;
   /** The block as the client sent it, for the fallback. */
   readonly held: Buffer[];
+  /** ASKING came right before the block: a retry or the fallback needs it again (it lasts one command). */
+  readonly asking: boolean;
 }
 
 const REPLY = Buffer.from('reply');
+const ASKING = Buffer.from('*1\r\n$6\r\nASKING\r\n');
+const MULTI_OK = Buffer.from('+OK\r\n');
+const EXECABORT = Buffer.from('-EXECABORT Transaction discarded because of previous errors.\r\n');
+/** Errors of Redis Cluster's key check: Redis gives INCR[BY] and [P]EXPIRE on the same key the same one. */
+const CLUSTER_REDIRECT = /^-(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/;
 
 let nextSessionId = 1;
 
@@ -106,6 +123,8 @@ export class Session {
   private holdTimer: NodeJS.Timeout | undefined;
   private inMulti = false;
   private watching = false;
+  /** The last command forwarded was ASKING. */
+  private afterAsking = false;
   /** Client chunks that arrived while the proxy's own command was in flight. */
   private stalled: Buffer[] = [];
   /** The proxy's own command in flight ('setup' or 'script'), or null. */
@@ -123,6 +142,13 @@ export class Session {
   private scriptProven = false;
   private captureParts: Buffer[] = [];
   private replyPipe = false;
+  /** Cluster mode: replies are scanned for -MOVED/-ASK even when no longer counted. */
+  private redirectScan = false;
+  /** The start of an error line that could be a redirect, held until its end arrives. */
+  private errorHead: Buffer[] = [];
+  /** The error line in progress was already passed on (it cannot be a redirect). */
+  private errorPassed = false;
+  private announceCache: Announce | undefined;
   private readonly fallbackReasonsLogged = new Set<string>();
   /** Writes made while one chunk is processed leave together (see WriteBatch). */
   private readonly toUpstream: WriteBatch;
@@ -144,8 +170,13 @@ export class Session {
     ctx.stats.connectionsTotal++;
     this.scanner = new RequestScanner(ctx.maxFrameBytes);
     this.toClient = new WriteBatch(client, (bytes) => this.sendClient(bytes));
-    if (ctx.rules().rules.length === 0) this.mode = Mode.Pipe;
+    // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
+    if (ctx.rules().rules.length === 0 && !ctx.cluster) this.mode = Mode.Pipe;
     this.replyPipe = this.mode === Mode.Pipe;
+    if (ctx.cluster) {
+      this.replies.trackErrors = true;
+      this.redirectScan = true;
+    }
 
     this.connectStarted = performance.now();
     const { socket, readyEvent, address } = ctx.upstream.connect();
@@ -538,9 +569,50 @@ export class Session {
           return;
         }
         break;
+      case Cmd.Cluster:
+        if (this.ctx.cluster && argc >= 2 && this.captureTopologyReply()) {
+          this.afterAsking = false;
+          this.ctx.stats.commandsForwarded++;
+          return;
+        }
+        break;
     }
+    this.afterAsking = scanner.cmd === Cmd.Asking;
     this.expectReplies(1);
     this.ctx.stats.commandsForwarded++;
+  }
+
+  /**
+   * CLUSTER SLOTS, SHARDS, NODES, REPLICAS: the reply is taken aside and its
+   * node addresses rewritten. An inline CLUSTER's subcommand is not captured:
+   * its reply's shape tells. Returns false for other subcommands.
+   */
+  private captureTopologyReply(): boolean {
+    const scanner = this.scanner;
+    const kind = scanner.inline ? null : topologyReplyOf(scanner.key.toString('latin1', 0, scanner.keyLength));
+    if (kind === null && !scanner.inline) return false;
+    const cluster = this.ctx.cluster as ClusterReplies;
+    this.captures.push({
+      handle: (reply) => {
+        const rewritten = rewriteTopologyReply(kind, reply, cluster.nodes, this.announce());
+        if (rewritten !== reply) this.ctx.stats.topologyRepliesRewritten++;
+        this.writeClient(rewritten);
+      },
+      after: 0,
+    });
+    this.replyPipe = false;
+    return true;
+  }
+
+  /** Where this connection's replies point clients: the announce host, or the address the client connected to. */
+  private announce(): Announce {
+    if (this.announceCache === undefined) {
+      const local = (this.client.localAddress ?? '127.0.0.1').replace(/^::ffff:(?=\d+\.)/, '');
+      const upstream = this.upstreamAddress;
+      const upstreamHost = upstream.startsWith('[') ? upstream.slice(1, upstream.indexOf(']')) : upstream.slice(0, upstream.lastIndexOf(':'));
+      this.announceCache = { host: this.ctx.cluster?.announceHost ?? local, upstreamHost };
+    }
+    return this.announceCache;
   }
 
   /** Replies to come for frames just forwarded: after the last proxy command in flight, if any. */
@@ -604,6 +676,7 @@ export class Session {
     this.held = [];
     this.writeUpstream(joined(held));
     this.accountHeldFrames();
+    this.afterAsking = false;
   }
 
   /** The frames of a released block reach Redis: one reply each, and MULTI/EXEC change the state. */
@@ -628,8 +701,9 @@ export class Session {
       return false;
     }
     this.mode = Mode.Normal;
-    const block: PendingBlock = { call, rule, held: this.held };
+    const block: PendingBlock = { call, rule, held: this.held, asking: this.afterAsking };
     this.held = [];
+    this.afterAsking = false;
     // With --lock-pipelining, once the script has worked on this connection, what follows the
     // block is forwarded at once instead of waiting for the script's reply.
     const pipelined = this.ctx.lockPipelining && this.scriptProven;
@@ -641,6 +715,7 @@ export class Session {
   private sendScript(block: PendingBlock, withSource: boolean, pipelined: boolean): void {
     if (!pipelined) this.awaiting = 'script';
     this.replyPipe = false;
+    if (withSource) this.askAgain(block);
     this.writeUpstream(encodeLockCall(block.call, withSource));
     this.captures.push({ handle: (reply) => this.onScriptReply(reply, block, withSource, pipelined), after: 0 });
     if (!pipelined) this.updateFlow();
@@ -656,7 +731,8 @@ export class Session {
         break;
       case 'error':
         if (pipelined) {
-          this.abandonPipelining(outcome.message, block);
+          if (this.ctx.cluster && CLUSTER_REDIRECT.test(outcome.message)) this.answerRedirected(reply, outcome.message, block);
+          else this.abandonPipelining(outcome.message, block);
           return;
         }
         if (!withSource && outcome.message.startsWith('-NOSCRIPT')) {
@@ -681,8 +757,32 @@ export class Session {
   private fallBack(message: string, block: PendingBlock): void {
     const reason = this.noteFallback(message, block, 'lock script could not run; sending the original block unchanged (logged once per connection and reason)');
     this.ctx.stats.blockFallback(block.rule.name, reason);
+    this.askAgain(block);
     this.writeUpstream(joined(block.held));
     this.expectReplies(4);
+  }
+
+  /**
+   * The block followed an ASKING, which the first script call used up: a
+   * retry or the fallback sends ASKING again, and its +OK stays with the proxy.
+   */
+  private askAgain(block: PendingBlock): void {
+    if (!block.asking) return;
+    this.writeUpstream(ASKING);
+    this.captures.push({ handle: () => {}, after: 0 });
+  }
+
+  /**
+   * A pipelined script call was refused by the cluster's key check (-MOVED,
+   * -ASK, -TRYAGAIN, -CLUSTERDOWN). Redis refuses the block's INCR[BY] and
+   * [P]EXPIRE on the same key with the same error and then aborts the EXEC,
+   * having run nothing: the client gets exactly those replies.
+   */
+  private answerRedirected(reply: Buffer, message: string, block: PendingBlock): void {
+    const reason = this.noteFallback(message, block, 'pipelined lock script redirected by the cluster; answering as Redis answers the block');
+    this.ctx.stats.blockFallback(block.rule.name, reason);
+    const error = (this.ctx.cluster && rewriteRedirect(reply, this.ctx.cluster.nodes, this.announce())) || reply;
+    this.writeClient(Buffer.concat([MULTI_OK, error, error, EXECABORT]));
   }
 
   /**
@@ -706,7 +806,8 @@ export class Session {
     const reason = /^-(\S+)/.exec(message)?.[1] ?? 'ERR';
     if (!this.fallbackReasonsLogged.has(reason)) {
       this.fallbackReasonsLogged.add(reason);
-      this.log.warn({ reason, error: message, rule: block.rule.name, key: describeKey(block.call.key) }, text);
+      // A redirect is routine in a cluster (the client follows it), not a problem to report.
+      this.log[CLUSTER_REDIRECT.test(message) ? 'debug' : 'warn']({ reason, error: message, rule: block.rule.name, key: describeKey(block.call.key) }, text);
     }
     return reason;
   }
@@ -730,7 +831,7 @@ export class Session {
 
   private onUpstreamData(chunk: Buffer): void {
     this.ctx.stats.bytesFromUpstream += chunk.length;
-    if (this.replyPipe) {
+    if (this.replyPipe && !this.redirectScan) {
       this.writeClient(chunk);
       return;
     }
@@ -746,17 +847,29 @@ export class Session {
     let pos = 0;
     /** Start of the bytes of this chunk not yet forwarded or captured. */
     let from = 0;
-    while (pos < chunk.length && !this.replyPipe && !this.client.destroyed) {
+    while (pos < chunk.length && !this.client.destroyed) {
+      if (this.replyPipe) {
+        // Replies are no longer counted; in cluster mode, redirects still name nodes.
+        if (!this.redirectScan) break;
+        pos = scanner.scan(chunk, pos, Number.MAX_SAFE_INTEGER);
+        if (scanner.error !== '') {
+          this.redirectScan = false;
+          break;
+        }
+        if (scanner.errorEnded) from = this.onErrorLine(chunk, from, pos);
+        continue;
+      }
       if (this.captures.length === 0 || this.outstanding > 0) {
         const limit = this.captures.length === 0 ? Number.MAX_SAFE_INTEGER : this.outstanding;
         pos = scanner.scan(chunk, pos, limit);
         if (scanner.error !== '') return this.replyDesync(chunk, from, scanner.error);
         this.outstanding -= scanner.replies;
+        if (scanner.errorEnded) from = this.onErrorLine(chunk, from, pos);
         if (this.outstanding < 0) this.unexpectedReplies(chunk, from);
         continue;
       }
-      // The next reply that is not a push answers the proxy's own command.
-      const frameBegin = scanner.atFrameBoundary ? pos : 0;
+      // The next reply that is not a push answers the proxy's own command (or is one it rewrites).
+      const frameBegin = scanner.atFrameBoundary ? pos : from;
       pos = scanner.scan(chunk, pos, 1, true);
       if (scanner.error !== '') return this.replyDesync(chunk, from, scanner.error);
       if (scanner.isPush) continue;
@@ -773,7 +886,57 @@ export class Session {
         if (this.mode === Mode.Pipe && this.captures.length === 0) this.replyPipe = true;
       }
     }
+    if (from >= chunk.length) return;
+    if (scanner.inErrorLine && this.holdErrorHead(chunk, from)) return;
     this.writeClient(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /**
+   * An error line ended at `pos` (cluster mode). A -MOVED or -ASK is passed on
+   * with the proxy's address for the node; any other error as it is. Returns
+   * the new `from`.
+   */
+  private onErrorLine(chunk: Buffer, from: number, pos: number): number {
+    const start = this.replies.errorStart;
+    const head = this.errorHead;
+    this.errorHead = [];
+    if (this.errorPassed) {
+      this.errorPassed = false;
+      return from;
+    }
+    const line = start >= 0 ? chunk.subarray(start, pos) : Buffer.concat([...head, chunk.subarray(0, pos)]);
+    const cluster = this.ctx.cluster as ClusterReplies;
+    const rewritten = rewriteRedirect(line, cluster.nodes, this.announce());
+    if (rewritten === null) {
+      if (start < 0) this.writeClient(joined(head));
+      return from;
+    }
+    this.ctx.stats.redirectsRewritten++;
+    if (start >= 0) this.writeClient(chunk.subarray(from, start));
+    this.writeClient(rewritten);
+    return pos;
+  }
+
+  /**
+   * The chunk ends inside an error line that may be a redirect: its start is
+   * kept until the rest arrives. Returns false when the line cannot be one
+   * (then it is passed on now, and not looked at again).
+   */
+  private holdErrorHead(chunk: Buffer, from: number): boolean {
+    if (this.errorPassed || this.ctx.cluster == null) return false;
+    const start = this.replies.errorStart;
+    if (start < 0 && this.errorHead.length === 0) return false; // began inside a reply taken aside
+    const begin = start >= 0 ? Math.max(start, from) : from;
+    const held = this.errorHead.reduce((sum, part) => sum + part.length, 0) + chunk.length - begin;
+    if (held > MAX_REDIRECT_LINE || !couldBeRedirect([...this.errorHead, chunk.subarray(begin)])) {
+      this.errorPassed = true;
+      if (this.errorHead.length > 0) this.writeClient(joined(this.errorHead));
+      this.errorHead = [];
+      return false;
+    }
+    this.writeClient(chunk.subarray(from, begin));
+    this.errorHead.push(chunk.subarray(begin));
+    return true;
   }
 
   /** More replies than requests: something the proxy did not account for. It stops interpreting. */
@@ -789,6 +952,7 @@ export class Session {
   }
 
   private replyDesync(chunk: Buffer, from: number, reason: string): void {
+    this.redirectScan = false;
     if (this.captures.length === 0) {
       this.log.warn({ reason }, 'cannot follow the reply stream; no longer interpreting this connection');
       this.writeClient(chunk.subarray(from));
@@ -801,6 +965,18 @@ export class Session {
     this.client.destroy();
     this.upstream.destroy();
   }
+}
+
+/** Longest -MOVED/-ASK line the proxy waits for across chunks (they are about 40 bytes). */
+const MAX_REDIRECT_LINE = 512;
+const MOVED_PREFIX = Buffer.from('-MOVED ');
+const ASK_PREFIX = Buffer.from('-ASK ');
+
+/** Whether the bytes an error line began with could still be `-MOVED ` or `-ASK `. */
+function couldBeRedirect(parts: Buffer[]): boolean {
+  const head = Buffer.concat(parts).subarray(0, MOVED_PREFIX.length);
+  const prefixOf = (word: Buffer): boolean => head.subarray(0, word.length).equals(word.subarray(0, Math.min(head.length, word.length)));
+  return prefixOf(MOVED_PREFIX) || prefixOf(ASK_PREFIX);
 }
 
 /** One buffer for several (held bytes are small), so that they go out in one write. */

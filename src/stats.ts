@@ -50,6 +50,13 @@ export class Stats {
   blocksPipelined = 0;
   /** Per-rule block counts, by rule name. */
   readonly byRule = new Map<string, RuleCounters>();
+  /** Cluster mode: -MOVED/-ASK replies whose node address was rewritten. */
+  redirectsRewritten = 0;
+  /** Cluster mode: CLUSTER SLOTS/SHARDS/NODES/REPLICAS replies rewritten. */
+  topologyRepliesRewritten = 0;
+  /** Cluster mode: topology refreshes that succeeded and that failed. */
+  clusterRefreshes = 0;
+  clusterRefreshFailures = 0;
   /** Rule reloads that succeeded and that were refused. */
   ruleReloads = 0;
   ruleReloadFailures = 0;

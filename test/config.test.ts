@@ -46,6 +46,7 @@ describe('resolveConfig', () => {
       upstreamTls: null,
       listenerTls: null,
       sentinel: null,
+      cluster: null,
     });
     expect(config.upstream.password).toBeUndefined();
     expect(config.upstream.username).toBeUndefined();

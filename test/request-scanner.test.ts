@@ -53,6 +53,8 @@ const ORACLE_NAMES = new Map<string, Cmd>([
   ['psync', Cmd.Uncountable],
   ['auth', Cmd.Auth],
   ['hello', Cmd.Auth],
+  ['cluster', Cmd.Cluster],
+  ['asking', Cmd.Asking],
 ]);
 
 /** Classification by the test's own table: ASCII letters only are case-folded. */
@@ -67,6 +69,7 @@ function oracleHeadArgs(cmd: Cmd): number {
   switch (cmd) {
     case Cmd.Incr:
     case Cmd.Client:
+    case Cmd.Cluster:
       return 2;
     case Cmd.Incrby:
     case Cmd.Expire:

@@ -20,6 +20,8 @@ export interface MetricsOptions {
   rulesLoaded?: () => number;
   /** Rule files currently loaded; `rule_file_info{file}` is exposed only when given. */
   ruleFiles?: () => readonly string[];
+  /** Cluster mode: node listeners by role; the cluster metrics are exposed only when given. */
+  clusterNodes?: () => ReadonlyArray<{ role: string | null; listening: boolean }>;
 }
 
 /** A fresh registry (never the global one) with every proxy metric and the default process metrics. */
@@ -138,7 +140,29 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     emit({ result: 'failed' }, stats.ruleReloadFailures);
   });
 
-  const { rulesLoaded, ruleFiles } = opts;
+  const { rulesLoaded, ruleFiles, clusterNodes } = opts;
+  if (clusterNodes !== undefined) {
+    new Gauge({
+      name: PREFIX + 'cluster_nodes',
+      help: 'Cluster nodes the proxy listens for, by role and whether the listener is bound.',
+      labelNames: ['role', 'listening'],
+      registers,
+      collect() {
+        this.reset();
+        for (const node of clusterNodes()) this.inc({ role: node.role ?? 'unknown', listening: String(node.listening) });
+      },
+    });
+    counter('cluster_redirects_rewritten_total', 'MOVED and ASK replies whose node address was rewritten.', () => stats.redirectsRewritten);
+    counter(
+      'cluster_topology_replies_rewritten_total',
+      'CLUSTER SLOTS, SHARDS, NODES and REPLICAS replies whose node addresses were rewritten.',
+      () => stats.topologyRepliesRewritten,
+    );
+    labelledCounter('cluster_topology_refreshes_total', 'Cluster topology refreshes, by result.', ['result'], (emit) => {
+      emit({ result: 'ok' }, stats.clusterRefreshes);
+      emit({ result: 'failed' }, stats.clusterRefreshFailures);
+    });
+  }
   if (rulesLoaded !== undefined) gauge('rules_loaded', 'Rules currently loaded.', rulesLoaded);
   if (ruleFiles !== undefined) {
     new Gauge({

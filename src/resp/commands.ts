@@ -30,6 +30,10 @@ export const Cmd = {
   Uncountable: 13,
   /** AUTH and HELLO: they can change the connection's user, and so what it may run. */
   Auth: 14,
+  /** CLUSTER: SLOTS, SHARDS, NODES and REPLICAS replies carry node addresses (cluster mode). */
+  Cluster: 15,
+  /** ASKING: lets the next command run on a node importing its slot. */
+  Asking: 16,
 } as const;
 export type Cmd = (typeof Cmd)[keyof typeof Cmd];
 
@@ -61,6 +65,8 @@ const NAMES: Array<[string, Cmd]> = [
   ['psync', Cmd.Uncountable],
   ['auth', Cmd.Auth],
   ['hello', Cmd.Auth],
+  ['cluster', Cmd.Cluster],
+  ['asking', Cmd.Asking],
 ];
 
 /** Longest name worth looking at; longer names are always `Cmd.Other`. */
@@ -97,6 +103,7 @@ export function argsNeeded(cmd: Cmd): number {
   switch (cmd) {
     case Cmd.Incr:
     case Cmd.Client:
+    case Cmd.Cluster:
       return 2;
     case Cmd.Incrby:
     case Cmd.Expire:

@@ -40,6 +40,17 @@ export class ReplyScanner {
   frameStart = -1;
   /** Whether the top-level frame in progress (or last completed) is a push. */
   isPush = false;
+  /**
+   * Stop after every simple error line, at any depth (cluster mode: `-MOVED`
+   * and `-ASK` carry node addresses, also inside EXEC arrays).
+   */
+  trackErrors = false;
+  /** Set when the last `scan()` stopped right after a simple error line (with `trackErrors`). */
+  errorEnded = false;
+  /** Offset in the current chunk of the `-` of the error line in progress (or just ended), -1 if in an earlier chunk. */
+  errorStart = -1;
+  /** Inside a simple error line (with `trackErrors`). */
+  inErrorLine = false;
 
   private state = State.Type;
   private kind = LineKind.Simple;
@@ -58,6 +69,7 @@ export class ReplyScanner {
 
   newChunk(): void {
     this.frameStart = -1;
+    this.errorStart = -1;
   }
 
   /**
@@ -67,6 +79,7 @@ export class ReplyScanner {
    */
   scan(buf: Buffer, pos: number, maxReplies: number, stopAtAnyFrame = false): number {
     this.replies = 0;
+    this.errorEnded = false;
     const end = buf.length;
     while (pos < end) {
       switch (this.state) {
@@ -81,6 +94,10 @@ export class ReplyScanner {
             // The frame's own type, after any attributes in front of it.
             this.isPush = buf[pos] === 0x3e; /* > */
             this.topLevelTypePending = false;
+          }
+          if (this.trackErrors && buf[pos] === 0x2d /* - */) {
+            this.inErrorLine = true;
+            this.errorStart = pos;
           }
           const ok = this.readType(buf[pos++]);
           if (!ok) return pos - 1;
@@ -106,13 +123,18 @@ export class ReplyScanner {
           break;
         }
 
-        case State.LineLf:
+        case State.LineLf: {
           pos++;
+          const errorLine = this.inErrorLine;
+          this.inErrorLine = false;
+          this.errorEnded = errorLine;
           if (this.endLine()) {
             this.replies += this.isPush ? 0 : 1;
             if (stopAtAnyFrame || this.replies === maxReplies) return pos;
           }
+          if (errorLine) return pos;
           break;
+        }
 
         case State.Body: {
           const n = Math.min(this.bodyLeft, end - pos);

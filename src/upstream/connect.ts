@@ -6,7 +6,6 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import type { UpstreamTls } from '../config.js';
-import type { SentinelMonitor } from './sentinel.js';
 import type { UpstreamTarget } from './target.js';
 
 export interface UpstreamSocket {
@@ -19,23 +18,29 @@ export interface UpstreamSocket {
 
 const DEFAULT_PORT = 6379;
 
+/** Where connections go when that changes over time: the master the sentinels name, a live cluster node. */
+export interface UpstreamLocator {
+  locate(): { host: string; port: number };
+  describe(): string;
+}
+
 export class UpstreamConnector {
   constructor(
     readonly target: UpstreamTarget,
     private readonly tlsOptions: UpstreamTls | null,
-    private readonly sentinel: SentinelMonitor | null = null,
+    private readonly locator: UpstreamLocator | null = null,
   ) {}
 
-  /** For logs and error replies: the URL (password masked), or the sentinel setup. */
+  /** For logs and error replies: the URL (password masked), or the sentinel or cluster setup. */
   describe(): string {
-    return this.sentinel !== null ? this.sentinel.describe() : this.target.display;
+    return this.locator !== null ? this.locator.describe() : this.target.display;
   }
 
   connect(): UpstreamSocket {
     if (this.target.path !== undefined) {
       return { socket: net.connect({ path: this.target.path, allowHalfOpen: true }), readyEvent: 'connect', address: this.target.path };
     }
-    const { host, port } = this.sentinel !== null ? this.sentinel.master : { host: this.target.host as string, port: this.target.port ?? DEFAULT_PORT };
+    const { host, port } = this.locator !== null ? this.locator.locate() : { host: this.target.host as string, port: this.target.port ?? DEFAULT_PORT };
     const address = net.isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`;
     if (this.tlsOptions === null) {
       const socket = net.connect({ host, port, allowHalfOpen: true, noDelay: true, keepAlive: true });

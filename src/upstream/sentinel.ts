@@ -135,6 +135,11 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     return this.current;
   }
 
+  /** The current master (UpstreamLocator). */
+  locate(): MasterAddress {
+    return this.current;
+  }
+
   /** e.g. `sentinel mymaster via 127.0.0.1:26379,127.0.0.1:26380 (master 127.0.0.1:6379)` */
   describe(): string {
     return `sentinel ${this.masterName} via ${this.sentinelList()} (master ${formatAddress(this.current)})`;

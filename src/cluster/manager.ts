@@ -1,0 +1,336 @@
+/**
+ * Cluster mode: one listener per cluster node, each a plain 1:1 proxy to that
+ * node, plus the seed listener (--listen), which goes to any live node.
+ *
+ * Listener ports come from --cluster-port-map or, for the rest, from
+ * --cluster-base-port upwards, in the order nodes are first seen (sorted by
+ * address at start). A node keeps its port for the life of the process, also
+ * when it leaves and comes back.
+ *
+ * The topology is asked again every --cluster-refresh-ms, and soon after a
+ * client is sent a -MOVED. New nodes get listeners; a node missing from two
+ * refreshes in a row is drained (its listener stops accepting, its
+ * connections finish what is in flight). A failover needs nothing of the
+ * proxy: every node, master or replica, has its listener, and clients follow
+ * the -MOVED replies (rewritten) to the new master.
+ */
+import net from 'node:net';
+import type { ListenerTls, UpstreamTls } from '../config.js';
+import type { Logger } from '../log.js';
+import { startProxy, type ProxyServer } from '../server.js';
+import type { ProxyContext } from '../session.js';
+import type { Stats } from '../stats.js';
+import { UpstreamConnector, type UpstreamLocator } from '../upstream/connect.js';
+import type { UpstreamTarget } from '../upstream/target.js';
+import type { NodeDirectory } from './rewrite.js';
+import { fetchTopology, TopologyError, type ClusterNodeInfo } from './topology.js';
+
+export interface ClusterManagerOptions {
+  /** Seed URLs: where the topology is first asked; credentials and TLS apply to every node. */
+  readonly seeds: readonly UpstreamTarget[];
+  readonly upstreamTls: UpstreamTls | null;
+  /** Host the node listeners bind (the --listen host). */
+  readonly listenHost: string;
+  /** Ports never given to a node (the seed listener's). */
+  readonly reservedPorts: readonly number[];
+  readonly listenerTls: ListenerTls | null;
+  readonly basePort: number;
+  /** Fixed listener ports by node address (`host:port` as the cluster announces it). */
+  readonly portMap: ReadonlyMap<string, number>;
+  readonly refreshMs: number;
+  readonly connectTimeoutMs: number;
+  readonly shutdownTimeoutMs: number;
+  /** Per listener. */
+  readonly maxConnections: number;
+  /** The context for the sessions of one listener. */
+  readonly contextFor: (upstream: UpstreamConnector, nodes: NodeDirectory) => ProxyContext;
+  readonly log: Logger;
+  readonly stats: Stats;
+}
+
+/** One upstream node and the listener in front of it. */
+interface NodeListener {
+  /** `host:port` the proxy dials. */
+  readonly address: string;
+  readonly host: string;
+  readonly port: number;
+  readonly listenPort: number;
+  info: ClusterNodeInfo | null;
+  server: ProxyServer | null;
+  starting: boolean;
+  /** Refreshes in a row that did not list this node. */
+  missing: number;
+}
+
+/** Listeners at most: addresses come from Redis, but a broken reply must not open thousands of ports. */
+const MAX_NODES = 1000;
+/** A -MOVED refreshes the topology at most this often. */
+const REDIRECT_REFRESH_MS = 1000;
+
+export function addressOf(host: string, port: number): string {
+  return `${host}:${port}`;
+}
+
+export class ClusterManager implements NodeDirectory, UpstreamLocator {
+  private readonly byAddress = new Map<string, NodeListener>();
+  private readonly byId = new Map<string, NodeListener>();
+  private readonly byHostname = new Map<string, NodeListener>();
+  /** Ports of nodes that left, kept so that a node coming back gets its old port. */
+  private readonly retiredPorts = new Map<string, number>();
+  private readonly usedPorts = new Set<number>();
+  private nextPort: number;
+  private refreshTimer: NodeJS.Timeout | undefined;
+  private refreshing: Promise<void> | null = null;
+  private lastRefreshStart = 0;
+  private closed = false;
+
+  private constructor(private readonly options: ClusterManagerOptions) {
+    this.nextPort = options.basePort;
+    for (const port of options.reservedPorts) this.usedPorts.add(port);
+    for (const port of options.portMap.values()) this.usedPorts.add(port);
+  }
+
+  /** Discovers the cluster from the seeds and opens a listener per node. Fails with a clear error when no seed answers. */
+  static async start(options: ClusterManagerOptions): Promise<ClusterManager> {
+    const manager = new ClusterManager(options);
+    const errors: string[] = [];
+    let nodes: ClusterNodeInfo[] | null = null;
+    for (const seed of options.seeds) {
+      try {
+        nodes = await fetchTopology(seed, options.upstreamTls, seed.host as string, seed.port as number, options.connectTimeoutMs);
+        break;
+      } catch (err) {
+        errors.push(`${seed.display}: ${(err as Error).message}`);
+      }
+    }
+    if (nodes === null) throw new TopologyError(`cluster: no seed answered CLUSTER SHARDS/NODES (${errors.join('; ')})`);
+    const sorted = [...nodes].sort((a, b) => (a.host === b.host ? a.port - b.port : a.host < b.host ? -1 : 1));
+    manager.apply(sorted);
+    await manager.listening();
+    manager.refreshTimer = setInterval(() => void manager.refresh('interval'), options.refreshMs);
+    manager.refreshTimer.unref();
+    return manager;
+  }
+
+  // ------------------------------------------------------------ NodeDirectory
+
+  portForId(id: string): number | undefined {
+    return this.byId.get(id)?.listenPort;
+  }
+
+  portForAddress(host: string, port: number): number | undefined {
+    const address = addressOf(host, port);
+    const known = this.byAddress.get(address) ?? this.byHostname.get(address);
+    if (known !== undefined) return known.listenPort;
+    // A node the proxy has not seen yet (it joined since the last refresh): listen for it now, so
+    // that the client this address is going to can connect at once.
+    const listener = this.add(host, port, null);
+    if (listener === null) return undefined;
+    this.options.log.info({ node: address, listen: listener.listenPort }, 'cluster: node learned from a reply; listening for it');
+    void this.refresh('new-node');
+    return listener.listenPort;
+  }
+
+  noteRedirect(): void {
+    if (Date.now() - this.lastRefreshStart >= REDIRECT_REFRESH_MS) void this.refresh('moved');
+  }
+
+  // ------------------------------------------------------------ seed listener
+
+  /** The node the seed listener sends a new connection to: a healthy master if one is known. */
+  locate(): { host: string; port: number } {
+    let fallback: NodeListener | undefined;
+    for (const node of this.byAddress.values()) {
+      if (node.info?.healthy && node.info.role === 'master') return node;
+      if (node.info?.healthy !== false) fallback ??= node;
+    }
+    if (fallback !== undefined) return fallback;
+    const seed = this.options.seeds[0];
+    return { host: seed.host as string, port: seed.port as number };
+  }
+
+  describe(): string {
+    return `cluster via ${this.options.seeds.map((seed) => seed.display).join(',')}`;
+  }
+
+  // ------------------------------------------------------------ inspection
+
+  /** Node listeners, for logs, metrics and tests. */
+  nodes(): Array<{ address: string; listenPort: number; id: string | null; role: string | null; healthy: boolean | null; listening: boolean }> {
+    return [...this.byAddress.values()].map((node) => ({
+      address: node.address,
+      listenPort: node.listenPort,
+      id: node.info?.id ?? null,
+      role: node.info?.role ?? null,
+      healthy: node.info?.healthy ?? null,
+      listening: node.server !== null,
+    }));
+  }
+
+  /** Resolves when every node listener has finished starting (bound or failed). */
+  async listening(): Promise<void> {
+    while ([...this.byAddress.values()].some((node) => node.starting)) await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+
+  // ------------------------------------------------------------ topology
+
+  /** Asks the topology again (one refresh at a time) and applies it. */
+  refresh(reason: string): Promise<void> {
+    if (this.refreshing !== null || this.closed) return this.refreshing ?? Promise.resolve();
+    this.lastRefreshStart = Date.now();
+    this.refreshing = this.fetchFromAnyNode()
+      .then((nodes) => {
+        this.options.stats.clusterRefreshes++;
+        if (!this.closed) this.apply(nodes);
+      })
+      .catch((err: Error) => {
+        this.options.stats.clusterRefreshFailures++;
+        this.options.log.warn({ reason, err: err.message }, 'cluster: topology refresh failed; keeping the current listeners');
+      })
+      .finally(() => (this.refreshing = null));
+    return this.refreshing;
+  }
+
+  /** Healthy masters first, then the other known nodes, then the seeds. */
+  private async fetchFromAnyNode(): Promise<ClusterNodeInfo[]> {
+    const known = [...this.byAddress.values()].sort((a, b) => rank(a) - rank(b));
+    const candidates = [...known.map((node) => ({ host: node.host, port: node.port })), ...this.options.seeds.map((s) => ({ host: s.host as string, port: s.port as number }))];
+    const errors: string[] = [];
+    for (const { host, port } of candidates) {
+      try {
+        return await fetchTopology(this.options.seeds[0], this.options.upstreamTls, host, port, this.options.connectTimeoutMs);
+      } catch (err) {
+        errors.push(`${addressOf(host, port)}: ${(err as Error).message}`);
+      }
+    }
+    throw new TopologyError(`no node answered (${errors.slice(0, 3).join('; ')})`);
+  }
+
+  private apply(nodes: readonly ClusterNodeInfo[]): void {
+    const seen = new Set<NodeListener>();
+    for (const info of nodes) {
+      const listener = this.byAddress.get(addressOf(info.host, info.port)) ?? this.add(info.host, info.port, info);
+      if (listener === null) continue;
+      seen.add(listener);
+      this.describeNode(listener, info);
+      if (listener.server === null && !listener.starting) this.listen(listener); // a bind that failed before
+    }
+    for (const listener of [...this.byAddress.values()]) {
+      if (seen.has(listener)) {
+        listener.missing = 0;
+      } else if (++listener.missing >= 2) {
+        this.retire(listener);
+      }
+    }
+  }
+
+  private describeNode(listener: NodeListener, info: ClusterNodeInfo): void {
+    const before = listener.info;
+    if (before !== null && before.id !== info.id) this.byId.delete(before.id);
+    if (before?.hostname) this.byHostname.delete(addressOf(before.hostname, listener.port));
+    listener.info = info;
+    this.byId.set(info.id, listener);
+    if (info.hostname !== '') this.byHostname.set(addressOf(info.hostname, info.port), listener);
+    if (before !== null && before.role !== info.role) {
+      this.options.log.info({ node: listener.address, id: info.id, was: before.role, now: info.role }, 'cluster: node changed role');
+    }
+  }
+
+  /** Registers a node and starts its listener; null when no port is left for it. */
+  private add(host: string, port: number, info: ClusterNodeInfo | null): NodeListener | null {
+    const address = addressOf(host, port);
+    if (this.byAddress.size >= MAX_NODES) {
+      this.options.log.error({ node: address, max: MAX_NODES }, 'cluster: too many nodes; not listening for this one');
+      return null;
+    }
+    const listenPort = this.portFor(address, info);
+    if (listenPort === null) {
+      this.options.log.error({ node: address }, 'cluster: no free listener port left above --cluster-base-port');
+      return null;
+    }
+    const listener: NodeListener = { address, host, port, listenPort, info: null, server: null, starting: false, missing: 0 };
+    this.byAddress.set(address, listener);
+    if (info !== null) this.describeNode(listener, info);
+    this.listen(listener);
+    return listener;
+  }
+
+  private portFor(address: string, info: ClusterNodeInfo | null): number | null {
+    const mapped =
+      this.options.portMap.get(address) ?? (info?.hostname ? this.options.portMap.get(addressOf(info.hostname, info.port)) : undefined);
+    if (mapped !== undefined) return mapped;
+    const retired = this.retiredPorts.get(address);
+    if (retired !== undefined) {
+      this.retiredPorts.delete(address);
+      return retired;
+    }
+    while (this.usedPorts.has(this.nextPort) || [...this.retiredPorts.values()].includes(this.nextPort)) this.nextPort++;
+    if (this.nextPort > 65535) return null;
+    this.usedPorts.add(this.nextPort);
+    return this.nextPort++;
+  }
+
+  private listen(listener: NodeListener): void {
+    const o = this.options;
+    const seed = o.seeds[0];
+    const target: UpstreamTarget = {
+      ...seed,
+      host: listener.host,
+      port: listener.port,
+      db: 0,
+      display: `${seed.tls ? 'rediss' : 'redis'}://${net.isIPv6(listener.host) ? `[${listener.host}]` : listener.host}:${listener.port}`,
+    };
+    const connector = new UpstreamConnector(target, o.upstreamTls, null);
+    listener.starting = true;
+    startProxy({ listen: { host: o.listenHost, port: listener.listenPort }, tls: o.listenerTls, maxConnections: o.maxConnections }, o.contextFor(connector, this))
+      .then((server) => {
+        listener.server = server;
+        if (this.closed || !this.byAddress.has(listener.address)) void server.close();
+        else o.log.info({ node: listener.address, listen: `${o.listenHost}:${listener.listenPort}`, role: listener.info?.role }, 'cluster: listening for node');
+      })
+      .catch((err: Error) => {
+        o.log.error({ node: listener.address, listen: `${o.listenHost}:${listener.listenPort}`, err: err.message }, 'cluster: cannot listen for node (retried at the next refresh)');
+      })
+      .finally(() => (listener.starting = false));
+  }
+
+  /** A node left the cluster: stop accepting for it, let its connections finish. Its port stays reserved for it. */
+  private retire(listener: NodeListener): void {
+    this.byAddress.delete(listener.address);
+    if (listener.info !== null && this.byId.get(listener.info.id) === listener) this.byId.delete(listener.info.id);
+    if (listener.info?.hostname) this.byHostname.delete(addressOf(listener.info.hostname, listener.port));
+    this.retiredPorts.set(listener.address, listener.listenPort);
+    this.options.log.warn({ node: listener.address, listen: listener.listenPort }, 'cluster: node left the cluster; draining its listener');
+    void listener.server?.shutdown(this.options.shutdownTimeoutMs);
+  }
+
+  // ------------------------------------------------------------ lifecycle
+
+  /** Graceful: every node listener drains (see ProxyServer.shutdown). */
+  async shutdown(timeoutMs: number): Promise<void> {
+    this.stop();
+    await Promise.all([...this.byAddress.values()].map((node) => node.server?.shutdown(timeoutMs)));
+  }
+
+  async close(): Promise<void> {
+    this.stop();
+    await Promise.all([...this.byAddress.values()].map((node) => node.server?.close()));
+  }
+
+  /** Open client connections over all node listeners. */
+  get sessionCount(): number {
+    let count = 0;
+    for (const node of this.byAddress.values()) count += node.server?.sessionCount ?? 0;
+    return count;
+  }
+
+  private stop(): void {
+    this.closed = true;
+    clearInterval(this.refreshTimer);
+  }
+}
+
+function rank(node: NodeListener): number {
+  if (node.info === null) return 2;
+  return node.info.healthy ? (node.info.role === 'master' ? 0 : 1) : 3;
+}

@@ -1,0 +1,156 @@
+/**
+ * Which nodes a Redis Cluster has, asked of one of its nodes: CLUSTER SHARDS
+ * (Redis 7.0+), else CLUSTER NODES. The proxy needs every node a client could
+ * be sent to, masters and replicas, with the address the proxy dials.
+ */
+import net from 'node:net';
+import { Redis, type RedisOptions } from 'ioredis';
+import type { UpstreamTls } from '../config.js';
+import type { UpstreamTarget } from '../upstream/target.js';
+
+export interface ClusterNodeInfo {
+  readonly id: string;
+  /** The address the proxy dials: the node's IP (or endpoint when it announces no IP). */
+  readonly host: string;
+  readonly port: number;
+  /** The announced host name, '' when none. */
+  readonly hostname: string;
+  readonly role: 'master' | 'replica';
+  /** False for a node the cluster marks failed (or not yet reachable). */
+  readonly healthy: boolean;
+  /** Slot ranges served, [start, end] each (masters). */
+  readonly slots: ReadonlyArray<readonly [number, number]>;
+}
+
+export class TopologyError extends Error {}
+
+export function redisOptionsFor(target: UpstreamTarget, tls: UpstreamTls | null, host: string, port: number, timeoutMs: number): RedisOptions {
+  return {
+    host,
+    port,
+    username: target.username,
+    password: target.password,
+    ...(tls !== null
+      ? {
+          tls: {
+            ca: tls.ca,
+            cert: tls.cert,
+            key: tls.key,
+            servername: tls.servername ?? (net.isIP(host) === 0 ? host : undefined),
+            rejectUnauthorized: !tls.insecure,
+          },
+        }
+      : {}),
+    lazyConnect: true,
+    connectTimeout: timeoutMs,
+    commandTimeout: timeoutMs,
+    enableReadyCheck: false,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    disableClientInfo: true,
+  };
+}
+
+/** Asks the node at host:port for the cluster's nodes. */
+export async function fetchTopology(
+  target: UpstreamTarget,
+  tls: UpstreamTls | null,
+  host: string,
+  port: number,
+  timeoutMs: number,
+): Promise<ClusterNodeInfo[]> {
+  const redis = new Redis(redisOptionsFor(target, tls, host, port, timeoutMs));
+  let lastError: Error | undefined;
+  redis.on('error', (err: Error) => (lastError = err));
+  try {
+    try {
+      await redis.connect();
+    } catch (err) {
+      throw new TopologyError(`cannot connect: ${(lastError ?? (err as Error)).message}`);
+    }
+    try {
+      return parseShards(await redis.call('CLUSTER', 'SHARDS'), host);
+    } catch (err) {
+      const message = (err as Error).message;
+      if (/cluster support disabled/i.test(message)) throw new TopologyError('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis');
+      if (!/unknown subcommand|unknown command/i.test(message)) throw new TopologyError(`CLUSTER SHARDS failed: ${message}`);
+    }
+    // Redis before 7.0.
+    return parseNodes(String(await redis.call('CLUSTER', 'NODES')), host);
+  } finally {
+    redis.disconnect();
+  }
+}
+
+function pairs(value: unknown): Map<string, unknown> {
+  const map = new Map<string, unknown>();
+  if (!Array.isArray(value)) return map;
+  for (let i = 0; i + 1 < value.length; i += 2) map.set(String(value[i]), value[i + 1]);
+  return map;
+}
+
+/** CLUSTER SHARDS as ioredis returns it to a RESP2 connection (maps as flat arrays). */
+export function parseShards(reply: unknown, askedHost: string): ClusterNodeInfo[] {
+  if (!Array.isArray(reply)) throw new TopologyError('CLUSTER SHARDS: unexpected reply');
+  const nodes: ClusterNodeInfo[] = [];
+  for (const shard of reply) {
+    const fields = pairs(shard);
+    const flat = (fields.get('slots') as unknown[] | undefined)?.map(Number) ?? [];
+    const slots: Array<[number, number]> = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) slots.push([flat[i], flat[i + 1]]);
+    for (const entry of (fields.get('nodes') as unknown[] | undefined) ?? []) {
+      const node = pairs(entry);
+      const ip = String(node.get('ip') ?? '');
+      const endpoint = String(node.get('endpoint') ?? '');
+      const port = Number(node.get('port') ?? node.get('tls-port') ?? 0);
+      if (port === 0) continue;
+      const role = node.get('role') === 'master' ? 'master' : 'replica';
+      nodes.push({
+        id: String(node.get('id')),
+        host: ip !== '' && ip !== '?' ? ip : endpoint !== '' && endpoint !== '?' ? endpoint : askedHost,
+        port,
+        hostname: String(node.get('hostname') ?? ''),
+        role,
+        healthy: node.get('health') === 'online',
+        slots: role === 'master' ? slots : [],
+      });
+    }
+  }
+  return nodes;
+}
+
+/** CLUSTER NODES text: `<id> <ip:port@cport[,hostname]> <flags> <master> <ping> <pong> <epoch> <link> <slot>...`. */
+export function parseNodes(text: string, askedHost: string): ClusterNodeInfo[] {
+  const nodes: ClusterNodeInfo[] = [];
+  for (const line of text.split('\n')) {
+    const fields = line.trim().split(' ');
+    if (fields.length < 8) continue;
+    const [id, address, flagText, , , , , link, ...slotFields] = fields;
+    const flags = flagText.split(',');
+    if (flags.includes('noaddr') || flags.includes('handshake')) continue;
+    const at = address.indexOf('@');
+    const hostPort = at === -1 ? address : address.slice(0, at);
+    const comma = address.indexOf(',');
+    const colon = hostPort.lastIndexOf(':');
+    const port = Number(hostPort.slice(colon + 1));
+    if (colon === -1 || !(port > 0)) continue;
+    const ip = hostPort.slice(0, colon);
+    const slots: Array<[number, number]> = [];
+    for (const field of slotFields) {
+      if (field.startsWith('[')) continue; // a slot being migrated or imported
+      const [start, end] = field.split('-').map(Number);
+      slots.push([start, end ?? start]);
+    }
+    nodes.push({
+      id,
+      host: ip !== '' ? ip : askedHost,
+      port,
+      hostname: comma === -1 ? '' : address.slice(comma + 1),
+      role: flags.includes('master') ? 'master' : 'replica',
+      healthy: !flags.includes('fail') && !flags.includes('fail?') && link === 'connected',
+      slots,
+    });
+  }
+  return nodes;
+}
