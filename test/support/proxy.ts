@@ -3,6 +3,7 @@
  * from YAML text or files, and a logger whose lines the test can read.
  */
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -10,6 +11,9 @@ import { pino } from 'pino';
 import type { ListenerTls, UpstreamTls } from '../../src/config.js';
 import { RuleStore } from '../../src/rules/store.js';
 import { startProxy, type ProxyServer } from '../../src/server.js';
+import type { ProxyContext } from '../../src/session.js';
+import { ClusterManager } from '../../src/cluster/manager.js';
+import type { NodeDirectory } from '../../src/cluster/rewrite.js';
 import { Stats } from '../../src/stats.js';
 import { UpstreamConnector } from '../../src/upstream/connect.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
@@ -50,9 +54,12 @@ export interface TestProxyOptions {
   maxConnections?: number;
   upstreamTls?: UpstreamTls;
   listenerTls?: ListenerTls;
+  /** Cluster mode: --cluster-announce-host. */
+  announceHost?: string;
 }
 
-export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy> {
+/** Rule files in a temporary directory, and a logger whose lines the test can read. */
+function testSetup(opts: Pick<TestProxyOptions, 'rules'>) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-rules-'));
   const files = (opts.rules ?? [TEST_RULES]).map((text, i) => {
     const file = path.join(dir, `${i}.yaml`);
@@ -69,32 +76,117 @@ export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy>
   const log = pino({ level: 'debug' }, sink);
   const stats = new Stats();
   const rules = new RuleStore(opts.rules === undefined ? [STALWART_RULES, ...files] : files, log, stats);
-  const server: ProxyServer = await startProxy(
-    { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
-    {
-      upstream: new UpstreamConnector(parseUpstreamUrl(opts.upstream), opts.upstreamTls ?? null),
-      rules: () => rules.current,
-      mode: opts.mode ?? 'enforce',
-      holdMs: opts.holdMs ?? 10,
-      connectTimeoutMs: opts.connectTimeoutMs ?? 2000,
-      maxFrameBytes: opts.maxFrameBytes ?? 512 * 1024 * 1024,
-      idleTimeoutMs: opts.idleTimeoutMs ?? 0,
-      lockPipelining: opts.lockPipelining ?? false,
-      log,
-      stats,
-    },
-  );
-  return {
-    port: server.address.port,
+  const contextFor = (upstream: UpstreamConnector, o: TestProxyOptions, nodes: NodeDirectory | null = null): ProxyContext => ({
+    upstream,
+    rules: () => rules.current,
+    mode: o.mode ?? 'enforce',
+    holdMs: o.holdMs ?? 10,
+    connectTimeoutMs: o.connectTimeoutMs ?? 2000,
+    maxFrameBytes: o.maxFrameBytes ?? 512 * 1024 * 1024,
+    idleTimeoutMs: o.idleTimeoutMs ?? 0,
+    lockPipelining: o.lockPipelining ?? false,
+    cluster: nodes === null ? null : { nodes, announceHost: o.announceHost ?? null },
+    log,
     stats,
-    server,
+  });
+  return {
+    files,
+    log,
+    stats,
     rules,
-    ruleFiles: files,
+    contextFor,
     logs: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>),
-    close: async () => {
+    cleanUp: () => {
       rules.close();
-      await server.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy> {
+  const setup = testSetup(opts);
+  const server: ProxyServer = await startProxy(
+    { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
+    setup.contextFor(new UpstreamConnector(parseUpstreamUrl(opts.upstream), opts.upstreamTls ?? null), opts),
+  );
+  return {
+    port: server.address.port,
+    stats: setup.stats,
+    server,
+    rules: setup.rules,
+    ruleFiles: setup.files,
+    logs: setup.logs,
+    close: async () => {
+      await server.close();
+      setup.cleanUp();
+    },
+  };
+}
+
+export interface ClusterTestProxy extends TestProxy {
+  readonly cluster: ClusterManager;
+  /** Listener ports start here (nodes in address order). */
+  readonly basePort: number;
+}
+
+/**
+ * The proxy in cluster mode: the seed listener on a free port, node
+ * listeners from a free range of ports.
+ */
+export async function startClusterTestProxy(opts: TestProxyOptions & { refreshMs?: number }): Promise<ClusterTestProxy> {
+  const setup = testSetup(opts);
+  const seeds = opts.upstream.split(',').map(parseUpstreamUrl);
+  const basePort = await freePortRange(16);
+  const cluster = await ClusterManager.start({
+    seeds,
+    upstreamTls: opts.upstreamTls ?? null,
+    listenHost: '127.0.0.1',
+    reservedPorts: [],
+    listenerTls: opts.listenerTls ?? null,
+    basePort,
+    portMap: new Map(),
+    refreshMs: opts.refreshMs ?? 10_000,
+    connectTimeoutMs: opts.connectTimeoutMs ?? 2000,
+    shutdownTimeoutMs: 1000,
+    maxConnections: opts.maxConnections ?? 10_000,
+    contextFor: (upstream, nodes) => setup.contextFor(upstream, opts, nodes),
+    log: setup.log,
+    stats: setup.stats,
+  });
+  const server = await startProxy(
+    { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
+    setup.contextFor(new UpstreamConnector(seeds[0], opts.upstreamTls ?? null, cluster), opts, cluster),
+  );
+  return {
+    port: server.address.port,
+    basePort,
+    cluster,
+    stats: setup.stats,
+    server,
+    rules: setup.rules,
+    ruleFiles: setup.files,
+    logs: setup.logs,
+    close: async () => {
+      await Promise.all([server.close(), cluster.close()]);
+      setup.cleanUp();
+    },
+  };
+}
+
+/** The first of `count` consecutive TCP ports that were free a moment ago. */
+async function freePortRange(count: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * 20_000);
+    const ports = Array.from({ length: count }, (_, i) => base + i);
+    if ((await Promise.all(ports.map(isFree))).every(Boolean)) return base;
+  }
+  throw new Error(`no ${count} consecutive free ports found`);
+}
+
+function isFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
 }

@@ -1,0 +1,327 @@
+/**
+ * Cluster mode against a real local Redis Cluster (3 masters, 3 replicas):
+ * clients learn only the proxy's addresses, lock blocks are fixed on every
+ * master, and redirects, slot migration and failover work through the proxy.
+ */
+import { Cluster, type Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
+import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { cmd, exchange, RawClient } from '../support/resp.js';
+import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
+
+let cluster: TestCluster;
+let proxy: ClusterTestProxy;
+
+beforeAll(async () => {
+  cluster = await startCluster();
+  proxy = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, refreshMs: 300 });
+}, 90_000);
+
+afterAll(async () => {
+  await proxy?.close();
+  await cluster?.stop();
+});
+
+/** The proxy listener in front of a real node port. */
+function proxyPortOf(realPort: number): number {
+  const node = proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${realPort}`);
+  if (node === undefined) throw new Error(`no listener for node 127.0.0.1:${realPort}`);
+  return node.listenPort;
+}
+
+function realPorts(): Set<number> {
+  return new Set(cluster.nodes.map((n) => n.port));
+}
+
+function listenerPorts(): Set<number> {
+  return new Set(proxy.cluster.nodes().map((n) => n.listenPort));
+}
+
+/** A key of `prefix` + n whose slot the given master owns. */
+async function keyOn(master: ClusterNode, make: (n: number) => Buffer | string): Promise<Buffer | string> {
+  for (let n = 0; n < 10_000; n++) {
+    const key = make(n);
+    if ((await cluster.nodeFor(key)).port === master.port) return key;
+  }
+  throw new Error(`no key found for node ${master.port}`);
+}
+
+/** A redirect as Redis sends it from a real node, with the real port replaced by its proxy listener. */
+function viaProxy(text: string): string {
+  return text.replace(/(MOVED|ASK) (\d+) 127\.0\.0\.1:(\d+)/g, (_, kind: string, slot: string, port: string) => `${kind} ${slot} 127.0.0.1:${proxyPortOf(Number(port))}`);
+}
+
+async function newClusterClient(): Promise<Cluster> {
+  const client = new Cluster([{ host: '127.0.0.1', port: proxy.port }], {
+    slotsRefreshTimeout: 2000,
+    redisOptions: { maxRetriesPerRequest: 5 },
+  });
+  await new Promise<void>((resolve, reject) => {
+    client.once('ready', resolve);
+    client.once('error', reject);
+  });
+  return client;
+}
+
+/** Local ports of the sockets a cluster client opened, and the ports it connected to. */
+function socketsOf(client: Cluster): { local: Set<number>; remote: Set<number> } {
+  const local = new Set<number>();
+  const remote = new Set<number>();
+  for (const node of client.nodes('all')) {
+    const stream = (node as Redis & { stream?: { localPort?: number } }).stream;
+    if (stream?.localPort !== undefined) local.add(stream.localPort);
+    remote.add(Number(node.options.port));
+  }
+  return { local, remote };
+}
+
+/** Asserts that no node has a client connection coming from one of `localPorts`. */
+async function expectNoDirectConnection(localPorts: Set<number>): Promise<void> {
+  for (const node of cluster.nodes) {
+    const direct = (await cluster.clientList(node)).filter((c) => localPorts.has(Number(c.addr.split(':').pop())));
+    expect(direct, `connections from the client straight to node ${node.port}`).toEqual([]);
+  }
+}
+
+describe('cluster mode: what clients learn', () => {
+  it('listens for every node, masters and replicas', () => {
+    const nodes = proxy.cluster.nodes();
+    expect(nodes.map((n) => n.address).sort()).toEqual(cluster.nodes.map((n) => `127.0.0.1:${n.port}`).sort());
+    expect(nodes.every((n) => n.listening)).toBe(true);
+    expect(nodes.filter((n) => n.role === 'master')).toHaveLength(3);
+  });
+
+  it('names only proxy listeners in CLUSTER SLOTS, SHARDS, NODES and REPLICAS, in RESP2 and RESP3', async () => {
+    for (const protocol of ['2', '3']) {
+      const client = await RawClient.connect(proxy.port);
+      if (protocol === '3') await client.call('HELLO', '3');
+      const slots = await client.call('CLUSTER', 'SLOTS');
+      const shards = await client.call('CLUSTER', 'SHARDS');
+      const nodes = await client.call('CLUSTER', 'NODES');
+      const master = (await cluster.masters())[0];
+      const replicas = await client.call('CLUSTER', 'REPLICAS', master.id);
+      await client.close();
+
+      for (const text of [slots, shards, nodes, replicas]) {
+        for (const port of realPorts()) expect(text, `real port ${port} in a reply`).not.toMatch(new RegExp(`[:\\n]${port}\\r?\\n|:${port}@`));
+      }
+      // Every node appears with its listener port.
+      const nodePorts = [...nodes.matchAll(/127\.0\.0\.1:(\d+)@/g)].map((m) => Number(m[1]));
+      expect(new Set(nodePorts)).toEqual(listenerPorts());
+      expect(replicas).toMatch(new RegExp(`127\\.0\\.0\\.1:${proxyPortOf((await cluster.replicas())[0].port)}@`));
+      // The bus port is left alone: clients never use it.
+      expect(nodes).toContain(`@${cluster.nodes[0].port + 10_000}`);
+    }
+  });
+
+  it('rewrites -MOVED to the listener of the node that owns the slot', async () => {
+    const [first, second] = await cluster.masters();
+    const key = await keyOn(second, (n) => `k${n}`);
+    const direct = await exchange(first.port, cmd('GET', key), 1);
+    expect(direct).toMatch(/^-MOVED \d+ 127\.0\.0\.1:\d+\r\n$/);
+    expect(await exchange(proxyPortOf(first.port), cmd('GET', key), 1)).toBe(viaProxy(direct));
+  });
+
+  it('keeps ioredis Cluster, given only the seed, on proxy listeners', async () => {
+    const client = await newClusterClient();
+    try {
+      for (let i = 0; i < 300; i++) await client.set(`spread:${i}`, String(i));
+      const values = await Promise.all(Array.from({ length: 300 }, (_, i) => client.get(`spread:${i}`)));
+      expect(values).toEqual(Array.from({ length: 300 }, (_, i) => String(i)));
+
+      const { local, remote } = socketsOf(client);
+      for (const port of remote) expect(listenerPorts().has(port) || port === proxy.port, `client connected to ${port}`).toBe(true);
+      await expectNoDirectConnection(local);
+      // The proxy did connect to every master on the client's behalf.
+      for (const master of await cluster.masters()) {
+        expect((await cluster.clientList(master)).filter((c) => c.flags === 'N').length).toBeGreaterThan(0);
+      }
+    } finally {
+      client.disconnect();
+    }
+  });
+});
+
+describe('cluster mode: lock blocks', () => {
+  it("fixes Stalwart's block on a key of every master", async () => {
+    for (const master of await cluster.masters()) {
+      const key = (await keyOn(master, (n) => taskLockKey(BigInt(1000 + n)))) as Buffer;
+      const port = proxyPortOf(master.port);
+      expect(await exchange(port, lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
+      await cluster.command(master, 'PEXPIRE', key, 5000);
+      expect(await exchange(port, lockAttempt(key, 60), 4)).toBe(attemptReplies(2, 0));
+      // The loser did not push the lease forward.
+      expect(Number(await cluster.command(master, 'PTTL', key))).toBeLessThanOrEqual(5000);
+    }
+  });
+
+  it('answers a block sent to the wrong node exactly as Redis does, addresses rewritten', async () => {
+    const [owner, other] = await cluster.masters();
+    const key = (await keyOn(owner, (n) => taskLockKey(BigInt(5000 + n)))) as Buffer;
+    const direct = await exchange(other.port, lockAttempt(key, 60), 4);
+    expect(direct).toMatch(/^\+OK\r\n-MOVED \d+ 127\.0\.0\.1:\d+\r\n-MOVED .*\r\n-EXECABORT Transaction discarded because of previous errors\.\r\n$/);
+    expect(await exchange(proxyPortOf(other.port), lockAttempt(key, 60), 4)).toBe(viaProxy(direct));
+    expect(await cluster.command(owner, 'EXISTS', key)).toBe(0);
+  });
+
+  it('gives the same replies with --lock-pipelining, after the script has proven itself', async () => {
+    const pipelined = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, lockPipelining: true });
+    try {
+      const [owner, other] = await cluster.masters();
+      const good = (await keyOn(other, (n) => taskLockKey(BigInt(7000 + n)))) as Buffer;
+      const wrong = (await keyOn(owner, (n) => taskLockKey(BigInt(8000 + n)))) as Buffer;
+      const direct = await exchange(other.port, lockAttempt(wrong, 60), 4);
+      const client = await RawClient.connect(pipelined.cluster.nodes().find((n) => n.address === `127.0.0.1:${other.port}`)?.listenPort as number);
+      client.write(lockAttempt(good, 60));
+      expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
+      // Proven: this block and the PING behind it go out together.
+      client.write(Buffer.concat([lockAttempt(wrong, 60), cmd('PING')]));
+      const replies = (await client.readReplies(5)).toString('latin1');
+      await client.close();
+      const ownerListener = pipelined.cluster.nodes().find((n) => n.address === `127.0.0.1:${owner.port}`)?.listenPort;
+      expect(replies).toBe(direct.replace(/127\.0\.0\.1:\d+/g, `127.0.0.1:${ownerListener}`) + '+PONG\r\n');
+      expect(pipelined.stats.blocksPipelined).toBeGreaterThan(0);
+    } finally {
+      await pipelined.close();
+    }
+  });
+});
+
+describe('cluster mode: slot migration', () => {
+  it('gives -ASK and -MOVED through proxy addresses, and a block after ASKING runs on the importing node', async () => {
+    const [source, target] = await cluster.masters();
+    const key = (await keyOn(source, (n) => `lock:{mig-a}${n}`)) as string;
+    const existing = `lock:{mig-a}present`;
+    const slot = cluster.slotOf(key);
+    await cluster.command(source, 'SET', existing, '1');
+    const sourcePort = proxyPortOf(source.port);
+    const targetPort = proxyPortOf(target.port);
+
+    await cluster.migrateSlot(slot, source, target, {
+      onMigrating: async () => {
+        // A key that is not on the source any more (or never was): -ASK to the target, in every reply of the block.
+        const direct = await exchange(source.port, lockAttempt(key, 60), 4);
+        expect(direct).toMatch(/^\+OK\r\n-ASK /);
+        expect(await exchange(sourcePort, lockAttempt(key, 60), 4)).toBe(viaProxy(direct));
+        // The client follows it: ASKING, then the block, on the target's listener.
+        const replies = await exchange(targetPort, Buffer.concat([cmd('ASKING'), lockAttempt(key, 60)]), 5);
+        expect(replies).toBe('+OK\r\n' + attemptReplies(1, 1));
+        const pttl = await exchange(target.port, Buffer.concat([cmd('ASKING'), cmd('PTTL', key)]), 2);
+        expect(Number(/:(\d+)\r\n$/.exec(pttl)?.[1])).toBeGreaterThan(59_000);
+        // Without ASKING the target redirects back to the source.
+        expect(await exchange(targetPort, cmd('GET', key), 1)).toBe(`-MOVED ${slot} 127.0.0.1:${sourcePort}\r\n`);
+      },
+    });
+    // Migrated: the source now answers -MOVED to the target's listener.
+    expect(await exchange(sourcePort, cmd('GET', existing), 1)).toBe(`-MOVED ${slot} 127.0.0.1:${targetPort}\r\n`);
+    expect(await exchange(targetPort, cmd('GET', existing), 1)).toBe('$1\r\n1\r\n');
+  });
+
+  it('loses and misroutes nothing when a slot moves in the middle of a load', async () => {
+    const client = await newClusterClient();
+    try {
+      const [source, target] = await cluster.masters();
+      const keys = Array.from({ length: 20 }, (_, i) => `load:{mig-b}${i}`);
+      const slot = cluster.slotOf(keys[0]);
+      if ((await cluster.nodeFor(keys[0])).port !== source.port) {
+        await cluster.migrateSlot(slot, await cluster.nodeFor(keys[0]), source);
+      }
+      const lockKey = 'lock:{mig-b}lease';
+      let sent = 0;
+      let attempts = 0;
+      let expiriesApplied = 0;
+      let running = true;
+      const failures: string[] = [];
+      const load = (async () => {
+        while (running) {
+          const key = keys[sent % keys.length];
+          try {
+            await client.incr(key);
+            sent++;
+            // Stalwart's block, which ioredis sends whole to the slot's node and redirects whole.
+            const replies = await client.multi().incrby(lockKey, 1).expire(lockKey, 600).exec();
+            expect(replies?.[0]).toEqual([null, attempts + 1]);
+            attempts++;
+            expiriesApplied += Number(replies?.[1]?.[1]);
+          } catch (err) {
+            failures.push((err as Error).message);
+          }
+        }
+      })();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await cluster.migrateSlot(slot, source, target, { pauseAfterMigratingMs: 500 });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      running = false;
+      await load;
+
+      expect(failures).toEqual([]);
+      expect(sent).toBeGreaterThan(100);
+      const total = (await Promise.all(keys.map((k) => cluster.command(target, 'GET', k)))).reduce<number>((sum, v) => sum + Number(v ?? 0), 0);
+      expect(total).toBe(sent);
+      // Every attempt counted once, and only the first one set the lease.
+      expect(Number(await cluster.command(target, 'GET', lockKey))).toBe(attempts);
+      expect(expiriesApplied).toBe(1);
+      expect(await cluster.command(source, 'CLUSTER', 'COUNTKEYSINSLOT', slot)).toBe(0);
+      expect(proxy.stats.redirectsRewritten).toBeGreaterThan(0);
+      await expectNoDirectConnection(socketsOf(client).local);
+    } finally {
+      client.disconnect();
+    }
+  });
+});
+
+describe('cluster mode: topology changes', () => {
+  it('follows a failover: the old master redirects to the new one through the proxy', async () => {
+    const client = await newClusterClient();
+    try {
+      const master = (await cluster.masters())[0];
+      const key = (await keyOn(master, (n) => taskLockKey(BigInt(9000 + n)))) as Buffer;
+      await client.set('before-failover', '1');
+      const replica = (await cluster.replicas())[0];
+      await cluster.failover(replica);
+      expect((await cluster.nodeFor(key)).port).toBe(replica.port);
+
+      // The old master, now a replica, sends clients on to the new master's listener.
+      expect(await exchange(proxyPortOf(master.port), lockAttempt(key, 60), 4)).toBe(
+        viaProxy(await exchange(master.port, lockAttempt(key, 60), 4)),
+      );
+      expect(await exchange(proxyPortOf(replica.port), lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
+
+      for (let i = 0; i < 100; i++) await client.set(`after-failover:${i}`, String(i));
+      expect(await client.get('before-failover')).toBe('1');
+      await expectNoDirectConnection(socketsOf(client).local);
+      await expect.poll(() => proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${replica.port}`)?.role, { timeout: 5000 }).toBe('master');
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('listens for a node that joins, and drains it when it leaves', async () => {
+    let extra: RedisServer | undefined;
+    try {
+      extra = await startRedis({ args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'] });
+      const extraPort = extra.port;
+      const seed = cluster.nodes[0];
+      await cluster.command(seed, 'CLUSTER', 'MEET', '127.0.0.1', extraPort);
+      await expect
+        .poll(() => proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${extraPort}`)?.listening ?? false, { timeout: 10_000 })
+        .toBe(true);
+      const listenPort = proxyPortOf(extraPort);
+      expect(await exchange(listenPort, cmd('PING'), 1)).toBe('+PONG\r\n');
+      expect(await exchange(proxy.port, cmd('CLUSTER', 'NODES'), 1)).toContain(`127.0.0.1:${listenPort}@`);
+
+      // It leaves: every node forgets it.
+      const extraId = (await exchange(extraPort, cmd('CLUSTER', 'MYID'), 1)).split('\r\n')[1];
+      await extra.stop();
+      // A node that has not heard of it yet through gossip says so; it will not hear of it now.
+      const forget = (node: ClusterNode) => cluster.command(node, 'CLUSTER', 'FORGET', extraId).catch((err: Error) => expect(err.message).toMatch(/Unknown node/));
+      await Promise.all(cluster.nodes.map(forget));
+      await expect.poll(() => proxy.cluster.nodes().some((n) => n.address === `127.0.0.1:${extraPort}`), { timeout: 10_000 }).toBe(false);
+      await expect(RawClient.connect(listenPort)).rejects.toThrow(/ECONNREFUSED/);
+    } finally {
+      await extra?.stop();
+    }
+  });
+});
