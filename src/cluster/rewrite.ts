@@ -59,6 +59,10 @@ export function topologyReplyOf(subcommand: string): TopologyReply | null {
   return SUBCOMMANDS.get(subcommand.toLowerCase()) ?? null;
 }
 
+function isNull(value: RespValue): boolean {
+  return (value.kind === 'bulk' && value.data === null) || value.type === 0x5f; /* _ */
+}
+
 function unspecified(endpoint: string): boolean {
   return endpoint === '' || endpoint === '?';
 }
@@ -154,7 +158,8 @@ class Rewriter {
       for (const node of range.items.slice(2)) {
         if (node.kind !== 'aggregate' || node.items === null || node.items.length < 2) continue;
         const [endpointValue, portValue, idValue, metadata] = node.items;
-        const endpoint = textOf(endpointValue);
+        // unknown-endpoint: a null instead of the host.
+        const endpoint = isNull(endpointValue) ? '' : textOf(endpointValue);
         const port = integerOf(portValue);
         if (endpoint === null || port === null) continue;
         const proxyPort = lookup(this.nodes, this.announce, textOf(idValue), endpoint, port);
