@@ -6,8 +6,9 @@
 import { Cluster, type Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
-import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
-import { startRedis, type RedisServer } from '../support/redis.js';
+import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
+import { freePortRange, startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
+import { freePort, startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
@@ -268,6 +269,62 @@ describe('cluster mode: slot migration', () => {
       await expectNoDirectConnection(socketsOf(client).local);
     } finally {
       client.disconnect();
+    }
+  });
+});
+
+describe('cluster mode: the command line', () => {
+  beforeAll(ensureBuilt, 60_000);
+
+  it('starts from seed URLs (a dead one first), listens per node from the base port, and exposes cluster metrics', async () => {
+    const [listen, admin, dead] = await Promise.all([freePort(), freePort(), freePort()]);
+    const base = await freePortRange(8);
+    const cli = new Cli(
+      [
+        '--cluster',
+        '--listen', `127.0.0.1:${listen}`,
+        '--cluster-base-port', String(base),
+        '--upstream', `redis://127.0.0.1:${dead},redis://127.0.0.1:${cluster.nodes[1].port}`,
+        '--admin-listen', `127.0.0.1:${admin}`,
+      ],
+      cleanEnv(),
+    );
+    try {
+      const ready = await cli.waitForLog('redis-lock-proxy listening');
+      expect(ready.clusterNodes).toHaveLength(6);
+      const slots = await exchange(listen, cmd('CLUSTER', 'SLOTS'), 1);
+      const ports = new Set([...slots.matchAll(/\r\n:(\d+)\r\n\$40\r\n/g)].map((m) => Number(m[1])));
+      expect([...ports].every((port) => port >= base && port < base + 6)).toBe(true);
+      expect(ports.size).toBe(6);
+
+      const master = (await cluster.masters())[2];
+      const key = (await keyOn(master, (n) => taskLockKey(BigInt(20_000 + n)))) as Buffer;
+      const listener = (ready.clusterNodes as string[]).find((line) => line.startsWith(`127.0.0.1:${master.port} `))?.split(' on ')[1];
+      expect(await exchange(Number(listener), lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
+
+      const metrics = await (await fetch(`http://127.0.0.1:${admin}/metrics`)).text();
+      expect(metrics).toContain('redis_lock_proxy_cluster_nodes{role="master",listening="true"} 3');
+      expect((await fetch(`http://127.0.0.1:${admin}/readyz`)).status).toBe(200);
+      cli.kill('SIGTERM');
+      expect((await cli.exited).code).toBe(0);
+    } finally {
+      await cli.stop();
+    }
+  });
+
+  it('refuses to start when no seed answers, or the seed is not a cluster node', async () => {
+    const dead = await freePort();
+    const none = await runCli(['--cluster', '--upstream', `redis://127.0.0.1:${dead}`, '--listen', `127.0.0.1:${await freePort()}`]);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toMatch(/cluster: no seed answered CLUSTER SHARDS\/NODES \(redis:\/\/127\.0\.0\.1:\d+: cannot connect: .*ECONNREFUSED/);
+
+    const standalone = await startRedis();
+    try {
+      const exit = await runCli(['--cluster', '--upstream', standalone.url, '--listen', `127.0.0.1:${await freePort()}`]);
+      expect(exit.code).toBe(1);
+      expect(exit.stderr).toContain('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis');
+    } finally {
+      await standalone.stop();
     }
   });
 });

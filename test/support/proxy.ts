@@ -174,7 +174,7 @@ export async function startClusterTestProxy(opts: TestProxyOptions & { refreshMs
 }
 
 /** The first of `count` consecutive TCP ports that were free a moment ago. */
-async function freePortRange(count: number): Promise<number> {
+export async function freePortRange(count: number): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
     const base = 20_000 + Math.floor(Math.random() * 20_000);
     const ports = Array.from({ length: count }, (_, i) => base + i);
