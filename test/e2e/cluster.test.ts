@@ -125,6 +125,28 @@ describe('cluster mode: what clients learn', () => {
     expect(await exchange(proxyPortOf(first.port), cmd('GET', key), 1)).toBe(viaProxy(direct));
   });
 
+  it('rewrites redirects nested in EXEC arrays', async () => {
+    const [first, second] = await cluster.masters();
+    // A script can return any error value, a redirect too; inside MULTI it lands in the EXEC array.
+    const script = `return {redis.error_reply('MOVED 42 127.0.0.1:${second.port}'), redis.error_reply('ASK 43 127.0.0.1:${first.port}')}`;
+    const block = Buffer.concat([cmd('MULTI'), cmd('EVAL', script, '0'), cmd('EXEC')]);
+    const direct = await exchange(first.port, block, 3);
+    expect(direct).toBe(`+OK\r\n+QUEUED\r\n*1\r\n*2\r\n-MOVED 42 127.0.0.1:${second.port}\r\n-ASK 43 127.0.0.1:${first.port}\r\n`);
+    expect(await exchange(proxyPortOf(first.port), block, 3)).toBe(viaProxy(direct));
+  });
+
+  it('rewrites redirects that arrive split across reads, among other replies', async () => {
+    const [first, second] = await cluster.masters();
+    const here = await keyOn(first, (n) => `small:${n}`);
+    const there = await keyOn(second, (n) => `k${n}`);
+    await cluster.command(first, 'SET', here, 'v'.repeat(21));
+    // About half the bytes are -MOVED lines, so most of the reads the proxy makes end inside one.
+    const pipeline = Buffer.concat(Array.from({ length: 40_000 }, (_, i) => cmd('GET', i % 3 === 0 ? here : there)));
+    const [direct, proxied] = await Promise.all([exchange(first.port, pipeline, 40_000), exchange(proxyPortOf(first.port), pipeline, 40_000)]);
+    expect(proxied.length).toBeGreaterThan(1_000_000);
+    expect(proxied === viaProxy(direct)).toBe(true);
+  });
+
   it('keeps ioredis Cluster, given only the seed, on proxy listeners', async () => {
     const client = await newClusterClient();
     try {
