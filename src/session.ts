@@ -32,7 +32,16 @@ import { describeKey, type Logger } from './log.js';
 import type { Stats } from './stats.js';
 import type { UpstreamConnector } from './upstream/connect.js';
 import { setupCommands } from './upstream/target.js';
-import { rewriteRedirect, rewriteTopologyReply, topologyReplyOf, type Announce, type NodeDirectory } from './cluster/rewrite.js';
+import {
+  rewriteExecReply,
+  rewriteRedirect,
+  rewriteTopologyReply,
+  topologyReplyOf,
+  type Announce,
+  type NodeDirectory,
+  type QueuedTopology,
+  type TopologyReply,
+} from './cluster/rewrite.js';
 
 /** Cluster mode: node addresses in replies are rewritten to the proxy's listeners. */
 export interface ClusterReplies {
@@ -122,6 +131,9 @@ export class Session {
   private held: Buffer[] = [];
   private holdTimer: NodeJS.Timeout | undefined;
   private inMulti = false;
+  /** Commands queued in the open transaction, and those among them whose reply names nodes (cluster mode). */
+  private queued = 0;
+  private queuedTopology: QueuedTopology[] = [];
   private watching = false;
   /** The last command forwarded was ASKING. */
   private afterAsking = false;
@@ -532,15 +544,26 @@ export class Session {
     // Redis refuses a command with the wrong number of arguments before running it, so state
     // changes only on the exact arities (MULTI x, for example, opens no transaction).
     const argc = scanner.argc;
+    const queued = this.inMulti && queuedInMulti(scanner.cmd);
     switch (scanner.cmd) {
       case Cmd.Multi:
-        if (argc === 1) this.inMulti = true;
+        if (argc === 1 && !this.inMulti) {
+          this.inMulti = true;
+          this.queued = 0;
+          this.queuedTopology = [];
+        }
         break;
       case Cmd.Exec:
       case Cmd.Discard:
         if (argc === 1 && this.inMulti) {
           this.inMulti = false;
           this.watching = false; // EXEC and DISCARD unwatch everything
+          if (scanner.cmd === Cmd.Exec && this.queuedTopology.length > 0) {
+            this.captureExecReply(this.queuedTopology);
+            this.afterAsking = false;
+            this.ctx.stats.commandsForwarded++;
+            return;
+          }
         }
         break;
       case Cmd.Watch:
@@ -552,6 +575,7 @@ export class Session {
       case Cmd.Reset:
         if (argc === 1) {
           this.inMulti = false;
+          this.queuedTopology = [];
           this.watching = false;
           this.scriptProven = false;
         }
@@ -569,39 +593,54 @@ export class Session {
           return;
         }
         break;
-      case Cmd.Cluster:
-        if (this.ctx.cluster && argc >= 2 && this.captureTopologyReply()) {
-          this.afterAsking = false;
-          this.ctx.stats.commandsForwarded++;
-          return;
+      case Cmd.Cluster: {
+        const kind = this.ctx.cluster && argc >= 2 ? this.topologyKind() : undefined;
+        if (kind === undefined) break;
+        if (queued) {
+          // Its reply comes inside EXEC's array.
+          this.queuedTopology.push({ index: this.queued, kind });
+          break;
         }
-        break;
+        this.captureReply((reply, nodes, announce) => rewriteTopologyReply(kind, reply, nodes, announce));
+        this.afterAsking = false;
+        this.ctx.stats.commandsForwarded++;
+        return;
+      }
     }
+    if (queued) this.queued++;
     this.afterAsking = scanner.cmd === Cmd.Asking;
     this.expectReplies(1);
     this.ctx.stats.commandsForwarded++;
   }
 
   /**
-   * CLUSTER SLOTS, SHARDS, NODES, REPLICAS: the reply is taken aside and its
-   * node addresses rewritten. An inline CLUSTER's subcommand is not captured:
-   * its reply's shape tells. Returns false for other subcommands.
+   * For CLUSTER SLOTS, SHARDS, NODES and REPLICAS, which reply carries node
+   * addresses; null for an inline CLUSTER, whose subcommand is not captured
+   * (its reply's shape tells); undefined for other subcommands.
    */
-  private captureTopologyReply(): boolean {
+  private topologyKind(): TopologyReply | null | undefined {
     const scanner = this.scanner;
-    const kind = scanner.inline ? null : topologyReplyOf(scanner.key.toString('latin1', 0, scanner.keyLength));
-    if (kind === null && !scanner.inline) return false;
+    if (scanner.inline) return null;
+    return topologyReplyOf(scanner.key.toString('latin1', 0, scanner.keyLength)) ?? undefined;
+  }
+
+  /** The transaction queued CLUSTER SLOTS-like commands: their replies in EXEC's array are rewritten. */
+  private captureExecReply(entries: QueuedTopology[]): void {
+    this.captureReply((reply, nodes, announce) => rewriteExecReply(entries, reply, nodes, announce));
+  }
+
+  /** Takes the reply to the frame being forwarded aside, and sends the client its rewritten form. */
+  private captureReply(rewrite: (reply: Buffer, nodes: NodeDirectory, announce: Announce) => Buffer): void {
     const cluster = this.ctx.cluster as ClusterReplies;
     this.captures.push({
       handle: (reply) => {
-        const rewritten = rewriteTopologyReply(kind, reply, cluster.nodes, this.announce());
+        const rewritten = rewrite(reply, cluster.nodes, this.announce());
         if (rewritten !== reply) this.ctx.stats.topologyRepliesRewritten++;
         this.writeClient(rewritten);
       },
       after: 0,
     });
     this.replyPipe = false;
-    return true;
   }
 
   /** Where this connection's replies point clients: the announce host, or the address the client connected to. */
@@ -685,6 +724,8 @@ export class Session {
     const frames = 1 + (step >= BlockStep.Expire ? 1 : 0) + (step >= BlockStep.Exec ? 1 : 0) + (step >= BlockStep.Complete ? 1 : 0);
     this.expectReplies(frames);
     this.inMulti = step !== BlockStep.Complete;
+    this.queued = frames - 1; // all but the MULTI (an EXEC completes the block, and the transaction)
+    this.queuedTopology = [];
     if (step === BlockStep.Complete) this.watching = false;
   }
 
@@ -965,6 +1006,11 @@ export class Session {
     this.client.destroy();
     this.upstream.destroy();
   }
+}
+
+/** Whether Redis queues `cmd` inside MULTI (the transaction's own commands run at once). */
+function queuedInMulti(cmd: Cmd): boolean {
+  return cmd !== Cmd.Multi && cmd !== Cmd.Exec && cmd !== Cmd.Discard && cmd !== Cmd.Watch && cmd !== Cmd.Reset && cmd !== Cmd.Empty;
 }
 
 /** Longest -MOVED/-ASK line the proxy waits for across chunks (they are about 40 bytes). */

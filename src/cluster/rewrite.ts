@@ -118,6 +118,30 @@ export function rewriteTopologyReply(kind: TopologyReply | null, reply: Buffer, 
   return changed ? encodeReply(value) : reply;
 }
 
+/** A CLUSTER SLOTS-like command queued in a transaction: its position among the queued commands. */
+export interface QueuedTopology {
+  readonly index: number;
+  readonly kind: TopologyReply | null;
+}
+
+/** Rewrites the replies of queued CLUSTER SLOTS-like commands inside an EXEC reply. */
+export function rewriteExecReply(entries: readonly QueuedTopology[], reply: Buffer, nodes: NodeDirectory, announce: Announce): Buffer {
+  let value: RespValue;
+  try {
+    value = decodeReply(reply).value;
+  } catch {
+    return reply;
+  }
+  if (value.kind !== 'aggregate' || value.items === null) return reply; // aborted, or WATCH failed
+  const rewrite = new Rewriter(nodes, announce);
+  let changed = false;
+  for (const { index, kind } of entries) {
+    const item = value.items[index];
+    if (item !== undefined) changed = (kind === null ? rewrite.anyShape(item) : rewrite.byKind(kind, item)) || changed;
+  }
+  return changed ? encodeReply(value) : reply;
+}
+
 class Rewriter {
   constructor(
     private readonly nodes: NodeDirectory,

@@ -70,7 +70,7 @@ export async function fetchTopology(
       throw new TopologyError(`cannot connect: ${(lastError ?? (err as Error)).message}`);
     }
     try {
-      return parseShards(await redis.call('CLUSTER', 'SHARDS'), host);
+      return parseShards(await redis.call('CLUSTER', 'SHARDS'), host, tls !== null);
     } catch (err) {
       const message = (err as Error).message;
       if (/cluster support disabled/i.test(message)) throw new TopologyError('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis');
@@ -90,8 +90,12 @@ function pairs(value: unknown): Map<string, unknown> {
   return map;
 }
 
-/** CLUSTER SHARDS as ioredis returns it to a RESP2 connection (maps as flat arrays). */
-export function parseShards(reply: unknown, askedHost: string): ClusterNodeInfo[] {
+/**
+ * CLUSTER SHARDS as ioredis returns it to a RESP2 connection (maps as flat
+ * arrays). A node may listen on a plain port and a TLS port: the proxy dials
+ * the one its seed URLs use.
+ */
+export function parseShards(reply: unknown, askedHost: string, tls: boolean): ClusterNodeInfo[] {
   if (!Array.isArray(reply)) throw new TopologyError('CLUSTER SHARDS: unexpected reply');
   const nodes: ClusterNodeInfo[] = [];
   for (const shard of reply) {
@@ -103,7 +107,7 @@ export function parseShards(reply: unknown, askedHost: string): ClusterNodeInfo[
       const node = pairs(entry);
       const ip = String(node.get('ip') ?? '');
       const endpoint = String(node.get('endpoint') ?? '');
-      const port = Number(node.get('port') ?? node.get('tls-port') ?? 0);
+      const port = Number((tls ? node.get('tls-port') ?? node.get('port') : node.get('port') ?? node.get('tls-port')) ?? 0);
       if (port === 0) continue;
       const role = node.get('role') === 'master' ? 'master' : 'replica';
       nodes.push({

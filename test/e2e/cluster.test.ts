@@ -125,6 +125,17 @@ describe('cluster mode: what clients learn', () => {
     expect(await exchange(proxyPortOf(first.port), cmd('GET', key), 1)).toBe(viaProxy(direct));
   });
 
+  it('rewrites CLUSTER SLOTS and NODES replies inside a transaction', async () => {
+    const node = cluster.nodes[0];
+    const block = Buffer.concat([cmd('MULTI'), cmd('CLUSTER', 'SLOTS'), cmd('PING'), cmd('CLUSTER', 'NODES'), cmd('EXEC')]);
+    const proxied = await exchange(proxyPortOf(node.port), block, 5);
+    const slots = await exchange(node.port, cmd('CLUSTER', 'SLOTS'), 1);
+    const withListeners = slots.replace(/:(\d+)\r\n\$40\r\n/g, (_, port: string) => `:${proxyPortOf(Number(port))}\r\n$40\r\n`);
+    expect(proxied.startsWith(`+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n${withListeners}+PONG\r\n`)).toBe(true);
+    const nodePorts = [...proxied.matchAll(/127\.0\.0\.1:(\d+)@/g)].map((m) => Number(m[1]));
+    expect(new Set(nodePorts)).toEqual(listenerPorts());
+  });
+
   it('rewrites redirects nested in EXEC arrays', async () => {
     const [first, second] = await cluster.masters();
     // A script can return any error value, a redirect too; inside MULTI it lands in the EXEC array.
