@@ -5,6 +5,7 @@
  * the flag, the variable and the file key can never drift apart.
  */
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -375,8 +376,9 @@ function buildConfig(settings: RawSettings): Config {
   const listen = parseListen(text(settings, 'listen') ?? '');
   const cluster = clusterMode ? buildClusterConfig(settings, upstreams, listen, sentinel !== null) : null;
   if (!clusterMode) {
-    for (const name of ['cluster-base-port', 'cluster-port-map', 'cluster-announce-host'] as const) {
-      if (settings[name] !== undefined && !(name === 'cluster-base-port' && Number(settings[name]) === 0)) throw new ConfigError(`${name} needs --cluster`);
+    for (const name of ['cluster-base-port', 'cluster-port-map', 'cluster-announce-host', 'cluster-refresh-ms'] as const) {
+      const spec: OptionSpec = OPTIONS[name];
+      if (settings[name] !== undefined && String(settings[name]) !== String(spec.default)) throw new ConfigError(`${name} needs --cluster`);
     }
   }
 
@@ -422,8 +424,11 @@ function buildClusterConfig(settings: RawSettings, seeds: UpstreamTarget[], list
   }
   const base = integer(settings, 'cluster-base-port');
   if (listen.port === 0 && base === 0) throw new ConfigError('cluster: with --listen port 0, set --cluster-base-port');
+  if (base === 0 && listen.port === 65535) throw new ConfigError('cluster: --listen port 65535 leaves no port above it; set --cluster-base-port');
   const announce = text(settings, 'cluster-announce-host');
-  if (announce !== undefined && !/^[^\s:,]+$|^[0-9a-fA-F:.]+$/.test(announce)) throw new ConfigError(`cluster-announce-host "${announce}" is not a host name or IP address`);
+  if (announce !== undefined && net.isIP(announce) === 0 && !/^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$/.test(announce)) {
+    throw new ConfigError(`cluster-announce-host "${announce}" is not a host name or IP address (no port: the ports are the listeners')`);
+  }
   return {
     seeds,
     basePort: base === 0 ? listen.port + 1 : base,

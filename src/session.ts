@@ -649,7 +649,7 @@ export class Session {
       const local = (this.client.localAddress ?? '127.0.0.1').replace(/^::ffff:(?=\d+\.)/, '');
       const upstream = this.upstreamAddress;
       const upstreamHost = upstream.startsWith('[') ? upstream.slice(1, upstream.indexOf(']')) : upstream.slice(0, upstream.lastIndexOf(':'));
-      this.announceCache = { host: this.ctx.cluster?.announceHost ?? local, upstreamHost };
+      this.announceCache = { host: this.ctx.cluster?.announceHost ?? local, upstreamHost, tls: this.ctx.upstream.target.tls };
     }
     return this.announceCache;
   }

@@ -41,6 +41,8 @@ export interface Announce {
   readonly host: string;
   /** The upstream host of this connection: what an endpoint of "?" or "" stands for. */
   readonly upstreamHost: string;
+  /** The proxy reaches nodes over TLS: a node's TLS port is the one it knows it by. */
+  readonly tls?: boolean;
 }
 
 /** CLUSTER subcommands whose replies carry node addresses. */
@@ -211,7 +213,7 @@ class Rewriter {
         const id = textOf(fields.get('id'));
         const ip = textOf(fields.get('ip')) ?? '';
         const endpoint = textOf(fields.get('endpoint')) ?? ip;
-        const portValue = fields.get('port') ?? fields.get('tls-port');
+        const portValue = this.announce.tls ? fields.get('tls-port') ?? fields.get('port') : fields.get('port') ?? fields.get('tls-port');
         const port = integerOf(portValue);
         if (port === null) continue;
         const proxyPort = lookup(this.nodes, this.announce, id, unspecified(ip) ? endpoint : ip, port);

@@ -21,7 +21,7 @@ export class RespDecodeError extends Error {}
 export function decodeReply(buf: Buffer, pos = 0): { value: RespValue; end: number } {
   const type = buf[pos];
   const cr = buf.indexOf(0x0d, pos + 1);
-  if (type === undefined || cr === -1) throw new RespDecodeError('incomplete reply');
+  if (type === undefined || cr === -1 || buf[cr + 1] !== 0x0a) throw new RespDecodeError('incomplete reply');
   const line = buf.toString('latin1', pos + 1, cr);
   let next = cr + 2;
   switch (type) {

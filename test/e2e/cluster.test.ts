@@ -86,6 +86,29 @@ async function expectNoDirectConnection(localPorts: Set<number>): Promise<void> 
   }
 }
 
+/**
+ * Moves a slot and its keys to a node the test support does not manage (it
+ * has no replica, so the support's migrateSlot would wait for one forever).
+ */
+async function handOver(slot: number, from: { port: number; id: string }, to: { port: number; id: string }): Promise<void> {
+  const send = async (port: number, ...args: string[]) => {
+    const reply = await exchange(port, cmd(...args), 1);
+    if (reply.startsWith('-')) throw new Error(`${args.join(' ')} on ${port}: ${reply.trim()}`);
+    return reply;
+  };
+  await send(to.port, 'CLUSTER', 'SETSLOT', String(slot), 'IMPORTING', from.id);
+  await send(from.port, 'CLUSTER', 'SETSLOT', String(slot), 'MIGRATING', to.id);
+  for (;;) {
+    const keys = [...(await send(from.port, 'CLUSTER', 'GETKEYSINSLOT', String(slot), '100')).matchAll(/\$\d+\r\n([^\r]*)\r\n/g)].map((m) => m[1]);
+    if (keys.length === 0) break;
+    await send(from.port, 'MIGRATE', '127.0.0.1', String(to.port), '', '0', '2000', 'KEYS', ...keys);
+  }
+  await send(to.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id);
+  // A master that gives away its last slot becomes a replica of the taker (cluster-allow-replica-migration): then it refuses SETSLOT.
+  await send(from.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id).catch((err: Error) => expect(err.message).toMatch(/only with masters/));
+  for (const node of await cluster.masters()) await send(node.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id);
+}
+
 describe('cluster mode: what clients learn', () => {
   it('listens for every node, masters and replicas', () => {
     const nodes = proxy.cluster.nodes();
@@ -385,6 +408,42 @@ describe('cluster mode: topology changes', () => {
       await expect.poll(() => proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${replica.port}`)?.role, { timeout: 5000 }).toBe('master');
     } finally {
       client.disconnect();
+    }
+  });
+
+  it('listens at once for a node first named in a -MOVED, before any refresh', async () => {
+    const seed = cluster.nodes[0];
+    const late = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${seed.port}`, refreshMs: 3_600_000 });
+    const extra = await startRedis({ args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'] });
+    const key = 'moved-to-a-new-node';
+    const owner = await cluster.nodeFor(key);
+    const slot = cluster.slotOf(key);
+    const newcomer = { port: extra.port, id: (await exchange(extra.port, cmd('CLUSTER', 'MYID'), 1)).split('\r\n')[1] };
+    try {
+      await cluster.command(owner, 'SET', key, 'here');
+      await cluster.command(seed, 'CLUSTER', 'MEET', '127.0.0.1', extra.port);
+      // Met: every node knows the newcomer, and the newcomer knows every node.
+      const views = async () => [...(await Promise.all(cluster.nodes.map((n) => cluster.command(n, 'CLUSTER', 'NODES')))), await exchange(extra.port, cmd('CLUSTER', 'NODES'), 1)];
+      const met = async () =>
+        (await views()).every((view) => [newcomer, ...cluster.nodes].every((n) => String(view).includes(n.id))) &&
+        (await exchange(extra.port, cmd('CLUSTER', 'INFO'), 1)).includes('cluster_state:ok');
+      await expect.poll(met, { timeout: 10_000 }).toBe(true);
+      await handOver(slot, owner, newcomer);
+      expect(late.cluster.nodes().some((n) => n.address === `127.0.0.1:${extra.port}`)).toBe(false);
+
+      const ownerListener = late.cluster.nodes().find((n) => n.address === `127.0.0.1:${owner.port}`)?.listenPort as number;
+      const moved = /^-MOVED (\d+) 127\.0\.0\.1:(\d+)\r\n$/.exec(await exchange(ownerListener, cmd('GET', key), 1));
+      expect(moved?.[1]).toBe(String(slot));
+      const listener = Number(moved?.[2]);
+      expect(late.cluster.nodes().find((n) => n.address === `127.0.0.1:${extra.port}`)?.listenPort).toBe(listener);
+      expect(await exchange(listener, cmd('GET', key), 1)).toBe('$4\r\nhere\r\n');
+    } finally {
+      // Give the slot back, if it moved.
+      if (await cluster.nodeFor(key).then((n) => n.port !== owner.port, () => true)) await handOver(slot, newcomer, owner);
+      await extra.stop();
+      await Promise.all(cluster.nodes.map((node) => cluster.command(node, 'CLUSTER', 'FORGET', newcomer.id).catch(() => undefined)));
+      await late.close();
+      await cluster.waitHealthy();
     }
   });
 
