@@ -3,7 +3,7 @@
  * clients learn only the proxy's addresses, lock blocks are fixed on every
  * master, and redirects, slot migration and failover work through the proxy.
  */
-import { Cluster, type Redis } from 'ioredis';
+import { Cluster, type ClusterOptions, type Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
 import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
@@ -54,8 +54,9 @@ function viaProxy(text: string): string {
   return text.replace(/(MOVED|ASK) (\d+) 127\.0\.0\.1:(\d+)/g, (_, kind: string, slot: string, port: string) => `${kind} ${slot} 127.0.0.1:${proxyPortOf(Number(port))}`);
 }
 
-async function newClusterClient(): Promise<Cluster> {
+async function newClusterClient(options: ClusterOptions = {}): Promise<Cluster> {
   const client = new Cluster([{ host: '127.0.0.1', port: proxy.port }], {
+    ...options,
     slotsRefreshTimeout: 2000,
     redisOptions: { maxRetriesPerRequest: 5 },
   });
@@ -195,6 +196,20 @@ describe('cluster mode: what clients learn', () => {
       for (const master of await cluster.masters()) {
         expect((await cluster.clientList(master)).filter((c) => c.flags === 'N').length).toBeGreaterThan(0);
       }
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('passes READONLY through: reads scaled to replicas go to them via their listeners', async () => {
+    const client = await newClusterClient({ scaleReads: 'slave' });
+    try {
+      await client.set('scaled-read', 'v');
+      await cluster.waitHealthy();
+      for (let i = 0; i < 20; i++) expect(await client.get('scaled-read')).toBe('v');
+      const readonly = (await Promise.all((await cluster.replicas()).map((r) => cluster.clientList(r)))).flat().filter((c) => c.flags.includes('r'));
+      expect(readonly.length).toBeGreaterThan(0);
+      await expectNoDirectConnection(socketsOf(client).local);
     } finally {
       client.disconnect();
     }
