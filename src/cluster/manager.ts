@@ -64,6 +64,8 @@ interface NodeListener {
 
 /** Listeners at most: addresses come from Redis, but a broken reply must not open thousands of ports. */
 const MAX_NODES = 1000;
+/** How long the port of a node that left stays its own. */
+const RETIRED_PORT_KEEP_MS = 60 * 60 * 1000;
 /** A -MOVED refreshes the topology at most this often. */
 const REDIRECT_REFRESH_MS = 1000;
 
@@ -75,17 +77,16 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   private readonly byAddress = new Map<string, NodeListener>();
   private readonly byId = new Map<string, NodeListener>();
   private readonly byHostname = new Map<string, NodeListener>();
-  /** Ports of nodes that left, kept so that a node coming back gets its old port. */
-  private readonly retiredPorts = new Map<string, number>();
+  /** Ports of nodes that left, kept a while so that a node coming back gets its old port. */
+  private readonly retiredPorts = new Map<string, { port: number; at: number }>();
+  /** Ports of the listeners open now, the seed listener's, and those of --cluster-port-map. */
   private readonly usedPorts = new Set<number>();
-  private nextPort: number;
   private refreshTimer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | null = null;
   private lastRefreshStart = 0;
   private closed = false;
 
   private constructor(private readonly options: ClusterManagerOptions) {
-    this.nextPort = options.basePort;
     for (const port of options.reservedPorts) this.usedPorts.add(port);
     for (const port of options.portMap.values()) this.usedPorts.add(port);
   }
@@ -260,14 +261,27 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       this.options.portMap.get(address) ?? (info?.hostname ? this.options.portMap.get(addressOf(info.hostname, info.port)) : undefined);
     if (mapped !== undefined) return mapped;
     const retired = this.retiredPorts.get(address);
-    if (retired !== undefined) {
-      this.retiredPorts.delete(address);
-      return retired;
+    this.retiredPorts.delete(address);
+    const port = retired?.port ?? this.freePort();
+    if (port !== null) this.usedPorts.add(port);
+    return port;
+  }
+
+  /**
+   * The lowest port from --cluster-base-port up that no listener uses. The port
+   * of a node that left is given to another only after RETIRED_PORT_KEEP_MS
+   * (nodes that move, as Kubernetes pods do, would otherwise use up ports).
+   */
+  private freePort(): number | null {
+    const kept = new Map<number, string>();
+    for (const [address, { port, at }] of this.retiredPorts) {
+      if (Date.now() - at < RETIRED_PORT_KEEP_MS) kept.set(port, address);
+      else this.retiredPorts.delete(address);
     }
-    while (this.usedPorts.has(this.nextPort) || [...this.retiredPorts.values()].includes(this.nextPort)) this.nextPort++;
-    if (this.nextPort > 65535) return null;
-    this.usedPorts.add(this.nextPort);
-    return this.nextPort++;
+    for (let port = this.options.basePort; port <= 65535; port++) {
+      if (!this.usedPorts.has(port) && !kept.has(port)) return port;
+    }
+    return null;
   }
 
   private listen(listener: NodeListener): void {
@@ -299,7 +313,8 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     this.byAddress.delete(listener.address);
     if (listener.info !== null && this.byId.get(listener.info.id) === listener) this.byId.delete(listener.info.id);
     if (listener.info?.hostname) this.byHostname.delete(addressOf(listener.info.hostname, listener.port));
-    this.retiredPorts.set(listener.address, listener.listenPort);
+    if (![...this.options.portMap.values()].includes(listener.listenPort)) this.usedPorts.delete(listener.listenPort);
+    this.retiredPorts.set(listener.address, { port: listener.listenPort, at: Date.now() });
     this.options.log.warn({ node: listener.address, listen: listener.listenPort }, 'cluster: node left the cluster; draining its listener');
     void listener.server?.shutdown(this.options.shutdownTimeoutMs);
   }

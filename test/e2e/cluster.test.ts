@@ -347,8 +347,9 @@ describe('cluster mode: slot migration', () => {
 describe('cluster mode: the command line', () => {
   beforeAll(ensureBuilt, 60_000);
 
-  it('starts from seed URLs (a dead one first), listens per node from the base port, and exposes cluster metrics', async () => {
-    const [listen, admin, dead] = await Promise.all([freePort(), freePort(), freePort()]);
+  it('starts from seed URLs (a dead one first), listens per node from the base port or the port map, and exposes cluster metrics', async () => {
+    const [listen, admin, dead, mapped] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+    const mappedNode = cluster.nodes[3];
     const base = await freePortRange(8);
     const cli = new Cli(
       [
@@ -357,6 +358,7 @@ describe('cluster mode: the command line', () => {
         '--cluster-base-port', String(base),
         '--upstream', `redis://127.0.0.1:${dead},redis://127.0.0.1:${cluster.nodes[1].port}`,
         '--admin-listen', `127.0.0.1:${admin}`,
+        '--cluster-port-map', `127.0.0.1:${mappedNode.port}=${mapped}`,
       ],
       cleanEnv(),
     );
@@ -365,8 +367,9 @@ describe('cluster mode: the command line', () => {
       expect(ready.clusterNodes).toHaveLength(6);
       const slots = await exchange(listen, cmd('CLUSTER', 'SLOTS'), 1);
       const ports = new Set([...slots.matchAll(/\r\n:(\d+)\r\n\$40\r\n/g)].map((m) => Number(m[1])));
-      expect([...ports].every((port) => port >= base && port < base + 6)).toBe(true);
+      expect([...ports].filter((port) => port !== mapped).every((port) => port >= base && port < base + 5)).toBe(true);
       expect(ports.size).toBe(6);
+      expect(ready.clusterNodes).toContain(`127.0.0.1:${mappedNode.port} (${(await cluster.masters()).includes(mappedNode) ? 'master' : 'replica'}) on ${mapped}`);
 
       const master = (await cluster.masters())[2];
       const key = (await keyOn(master, (n) => taskLockKey(BigInt(20_000 + n)))) as Buffer;
