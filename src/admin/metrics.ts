@@ -109,7 +109,7 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
   );
   labelledCounter(
     'block_fallbacks_total',
-    'Lock blocks whose script could not run and that were sent unchanged, by error prefix.',
+    'Lock blocks whose script could not run and that were sent unchanged (or, redirected by a cluster, answered as Redis answers them), by error prefix.',
     ['rule', 'reason'],
     (emit) => {
       for (const [rule, counts] of stats.byRule) {
