@@ -276,6 +276,8 @@ export class Session {
 
   /** Redis closed its side: everything it sent has been passed on; then the client side closes. */
   private onUpstreamEnd(): void {
+    // The start of an error line held back to be rewritten whole: Redis sent it, so it is passed on.
+    if (this.errorHead.length > 0) this.writeClient(joined(this.errorHead.splice(0)));
     if (this.closingError !== null) this.client.write(this.closingError);
     this.endClient();
   }
