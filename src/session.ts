@@ -22,6 +22,7 @@
  * the rest of the connection.
  */
 import type net from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import { Cmd, equalsIgnoreCase } from './resp/commands.js';
 import { END, HEAD, MALFORMED, RequestScanner } from './resp/request-scanner.js';
 import { ReplyScanner } from './resp/reply-scanner.js';
@@ -651,7 +652,12 @@ export class Session {
       const local = (this.client.localAddress ?? '127.0.0.1').replace(/^::ffff:(?=\d+\.)/, '');
       const upstream = this.upstreamAddress;
       const upstreamHost = upstream.startsWith('[') ? upstream.slice(1, upstream.indexOf(']')) : upstream.slice(0, upstream.lastIndexOf(':'));
-      this.announceCache = { host: this.ctx.cluster?.announceHost ?? local, upstreamHost, tls: this.ctx.upstream.target.tls };
+      this.announceCache = {
+        host: this.ctx.cluster?.announceHost ?? local,
+        upstreamHost,
+        tls: this.ctx.upstream.target.tls,
+        listenerTls: (this.client as Partial<TLSSocket>).encrypted === true,
+      };
     }
     return this.announceCache;
   }

@@ -158,6 +158,19 @@ const nodeAddresses = (ports: Record<number, number>): Array<[string, string]> =
   [',node-1.example ', `,${HOST} `],
   [',node-2.example ', `,${HOST} `],
 ];
+/**
+ * SHARDS nodes of the TLS cluster, as a client of a plain listener sees them:
+ * one `port` field, the listener's, whatever `port`/`tls-port` the node had.
+ */
+const PLAIN_LISTENER_PORTS: Array<[string, string]> = [
+  [`\r\n${ID.tlsMaster1}\r\n$4\r\nport\r\n:31001\r\n$8\r\ntls-port\r\n:32001\r\n`, `\r\n${ID.tlsMaster1}\r\n$4\r\nport\r\n:7011\r\n`],
+  [`\r\n${ID.tlsMaster2}\r\n$4\r\nport\r\n:32002\r\n$8\r\ntls-port\r\n:0\r\n`, `\r\n${ID.tlsMaster2}\r\n$4\r\nport\r\n:7012\r\n`],
+  ['*16\r\n$2\r\nid', '*14\r\n$2\r\nid'],
+  ['%8\r\n$2\r\nid', '%7\r\n$2\r\nid'],
+  ['$8\r\ntls-port\r\n', '$4\r\nport\r\n'],
+  ...portReplies({ 32002: 7012, 32003: 7013 }),
+];
+
 const MASTER_ADDRESSES = nodeAddresses({ 32001: 7001, 32002: 7002, 32003: 7003 });
 const TLS_ADDRESSES = nodeAddresses({ 32001: 7011, 32002: 7012, 32003: 7013 });
 
@@ -201,9 +214,9 @@ const CASES: Case[] = [
   { name: 'SHARDS with host names and "?", RESP2', kind: 'shards', reply: SHARDS_HOSTNAME_RESP2, expected: swap(SHARDS_HOSTNAME_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
   { name: 'SHARDS with host names and "?", RESP3', kind: 'shards', reply: SHARDS_HOSTNAME_RESP3, expected: swap(SHARDS_HOSTNAME_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
   { name: 'SHARDS with empty endpoints, RESP2', kind: 'shards', reply: SHARDS_UNKNOWN_ENDPOINT_RESP2, expected: swap(SHARDS_UNKNOWN_ENDPOINT_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SHARDS with tls-port and a replica, RESP2', kind: 'shards', reply: TLS_SHARDS_RESP2, expected: swap(TLS_SHARDS_RESP2, [...HOSTS_TO_ANNOUNCE, ...TLS_PORTS]) },
-  { name: 'SHARDS with tls-port and a replica, RESP3', kind: 'shards', reply: TLS_SHARDS_RESP3, expected: swap(TLS_SHARDS_RESP3, [...HOSTS_TO_ANNOUNCE, ...TLS_PORTS]) },
-  { name: 'SHARDS with a tls-port of 0', kind: 'shards', reply: TLS_SHARDS_TLS_PORT_0, expected: swap(TLS_SHARDS_TLS_PORT_0, [...HOSTS_TO_ANNOUNCE, ...TLS_PORTS]) },
+  { name: 'SHARDS with tls-port and a replica, RESP2', kind: 'shards', reply: TLS_SHARDS_RESP2, expected: swap(TLS_SHARDS_RESP2, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]) },
+  { name: 'SHARDS with tls-port and a replica, RESP3', kind: 'shards', reply: TLS_SHARDS_RESP3, expected: swap(TLS_SHARDS_RESP3, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]) },
+  { name: 'SHARDS with a tls-port of 0', kind: 'shards', reply: TLS_SHARDS_TLS_PORT_0, expected: swap(TLS_SHARDS_TLS_PORT_0, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]) },
   { name: 'NODES, RESP2 bulk string', kind: 'nodes', reply: NODES_RESP2, expected: withBody(NODES_RESP2, MASTER_ADDRESSES) },
   { name: 'NODES, RESP3 verbatim string', kind: 'nodes', reply: NODES_RESP3, expected: withBody(NODES_RESP3, MASTER_ADDRESSES) },
   { name: 'NODES with host names, RESP2', kind: 'nodes', reply: NODES_HOSTNAME_RESP2, expected: withBody(NODES_HOSTNAME_RESP2, MASTER_ADDRESSES) },
@@ -248,6 +261,11 @@ describe('the fixtures', () => {
 describe('rewriteTopologyReply', () => {
   it.each(CASES)('rewrites every node address in $name, nothing else', ({ kind, reply, expected }) => {
     expect(rewrite(kind, reply)).toBe(expected);
+  });
+
+  it('names the listener port tls-port in SHARDS for a client connected over TLS', () => {
+    const text = rewriteTopologyReply('shards', latin1(TLS_SHARDS_RESP2), new FakeDirectory(), { ...ANNOUNCE, listenerTls: true }).toString('latin1');
+    expect(text).toBe(swap(rewrite('shards', TLS_SHARDS_RESP2), [['$4\r\nport\r\n', '$8\r\ntls-port\r\n']]));
   });
 
   it.each(CASES)('gives the same result without the kind (an inline command): $name', ({ kind, reply }) => {

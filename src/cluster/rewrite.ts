@@ -43,6 +43,8 @@ export interface Announce {
   readonly upstreamHost: string;
   /** The proxy reaches nodes over TLS: a node's TLS port is the one it knows it by. */
   readonly tls?: boolean;
+  /** The client's own connection is TLS: CLUSTER SHARDS names the listener `tls-port`, else `port`. */
+  readonly listenerTls?: boolean;
 }
 
 /** CLUSTER subcommands whose replies carry node addresses. */
@@ -218,10 +220,9 @@ class Rewriter {
         if (port === null) continue;
         const proxyPort = lookup(this.nodes, this.announce, id, unspecified(ip) ? endpoint : ip, port);
         if (proxyPort === undefined) continue;
+        this.listenerPort(node, proxyPort);
         for (const [key, field] of fields) {
-          if (key === 'port' || key === 'tls-port') {
-            if (integerOf(field) !== 0) setInteger(field, proxyPort);
-          } else if (key === 'ip' || key === 'hostname') {
+          if (key === 'ip' || key === 'hostname') {
             this.hostField(field);
           } else if (key === 'endpoint' && !unspecified(textOf(field) ?? '')) {
             setText(field, this.announce.host);
@@ -231,6 +232,29 @@ class Rewriter {
       }
     }
     return changed;
+  }
+
+  /**
+   * A SHARDS node lists `port` (plain) and/or `tls-port`, as Redis serves it.
+   * The proxy serves it on one listener, plain or TLS as the client's own
+   * connection: one field, named for that, with the listener's port.
+   */
+  private listenerPort(node: RespValue, proxyPort: number): void {
+    if (node.kind !== 'aggregate' || node.items === null) return;
+    const items = node.items;
+    let placed = false;
+    for (let i = 0; i < items.length; i += 2) {
+      const key = textOf(items[i]);
+      if (key !== 'port' && key !== 'tls-port') continue;
+      if (placed) {
+        items.splice(i, 2);
+        i -= 2;
+        continue;
+      }
+      setText(items[i], this.announce.listenerTls ? 'tls-port' : 'port');
+      setInteger(items[i + 1], proxyPort);
+      placed = true;
+    }
   }
 
   /** CLUSTER REPLICAS / SLAVES: one NODES line per replica. */

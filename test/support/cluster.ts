@@ -10,7 +10,7 @@
  * announce addresses that must be reachable from the test process.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -81,6 +81,22 @@ export interface StartClusterOptions {
   announceHostname?: string;
   /** `--cluster-preferred-endpoint-type`: what MOVED/ASK and CLUSTER SLOTS name a node by. */
   preferredEndpointType?: 'ip' | 'hostname' | 'unknown-endpoint';
+  /**
+   * TLS only (PEM file paths): each node's port is a TLS port (plain TCP is
+   * off), the cluster bus and replication use TLS too, and clients need no
+   * certificate. The cluster bus asks for one all the same (whatever
+   * tls-auth-clients says): nodes present `clientCert`, which must allow
+   * client authentication. The helper's own connections trust `ca`.
+   */
+  tls?: { cert: string; key: string; ca: string; clientCert: string; clientKey: string };
+  /** `--requirepass` and `--masterauth` on every node; the helper authenticates with it. */
+  password?: string;
+}
+
+/** How the helper's own connections reach a node (redis-cli and ioredis). */
+interface NodeAccess {
+  tls?: { ca: Buffer };
+  password?: string;
 }
 
 const HOST = '127.0.0.1' as const;
@@ -108,10 +124,14 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Test
   const stopAll = () => Promise.all(started.map(stopNode)).then(() => undefined);
   try {
     const usedPorts = new Set<number>();
+    const access: NodeAccess = {
+      tls: opts.tls !== undefined ? { ca: await readFile(opts.tls.ca) } : undefined,
+      password: opts.password,
+    };
     // One after another, so `started` always lists exactly what to stop if a
     // later node (or the cluster creation) fails.
-    for (let i = 0; i < NODE_COUNT; i++) started.push(await startNode(usedPorts, opts));
-    await createCluster(started);
+    for (let i = 0; i < NODE_COUNT; i++) started.push(await startNode(usedPorts, opts, access));
+    await createCluster(started, opts);
     let stopping: Promise<void> | undefined;
     const cluster = makeCluster(started, () => (stopping ??= stopAll()));
     await cluster.waitHealthy();
@@ -126,13 +146,14 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Test
 // Processes
 // ---------------------------------------------------------------------------
 
-async function startNode(usedPorts: Set<number>, opts: StartClusterOptions): Promise<ClusterNode> {
+async function startNode(usedPorts: Set<number>, opts: StartClusterOptions, access: NodeAccess): Promise<ClusterNode> {
   let lastLogs = '';
   // Like startLocal() in redis.ts: a port can be taken between picking and
   // binding it (and here there are two per node), so EADDRINUSE is retried.
   for (let attempt = 1; attempt <= MAX_PORT_ATTEMPTS; attempt++) {
     const port = await pickPort(usedPorts);
     const node = await spawnNode(port, opts);
+    accessOf.set(node, access);
     if (await waitUntilReady(node)) return node;
     lastLogs = node.logs();
     await stopNode(node);
@@ -169,7 +190,22 @@ type SpawnedNode = ClusterNode & { hasExited(): boolean };
 async function spawnNode(port: number, opts: StartClusterOptions): Promise<SpawnedNode> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'redis-cluster-test-'));
   const args = [
-    '--port', String(port),
+    ...(opts.tls === undefined
+      ? ['--port', String(port)]
+      : [
+          '--port', '0',
+          '--tls-port', String(port),
+          // With tls-cluster the bus port is still port + 10000, the TLS port's.
+          '--tls-cluster', 'yes',
+          '--tls-replication', 'yes',
+          '--tls-cert-file', opts.tls.cert,
+          '--tls-key-file', opts.tls.key,
+          '--tls-ca-cert-file', opts.tls.ca,
+          '--tls-client-cert-file', opts.tls.clientCert,
+          '--tls-client-key-file', opts.tls.clientKey,
+          '--tls-auth-clients', 'no',
+        ]),
+    ...(opts.password !== undefined ? ['--requirepass', opts.password, '--masterauth', opts.password] : []),
     '--bind', HOST,
     '--dir', dir,
     '--cluster-enabled', 'yes',
@@ -242,6 +278,8 @@ async function waitUntilReady(node: SpawnedNode): Promise<boolean> {
 }
 
 const stops = new WeakMap<ClusterNode, Promise<void>>();
+/** Set for every node as it is spawned. */
+const accessOf = new WeakMap<ClusterNode, NodeAccess>();
 
 function stopNode(node: ClusterNode): Promise<void> {
   let promise = stops.get(node);
@@ -264,12 +302,16 @@ function stopNode(node: ClusterNode): Promise<void> {
   return promise;
 }
 
-async function createCluster(nodes: ClusterNode[]): Promise<void> {
+async function createCluster(nodes: ClusterNode[], opts: StartClusterOptions): Promise<void> {
   const addrs = nodes.map((n) => `${n.host}:${n.port}`);
+  const connection = [
+    ...(opts.tls !== undefined ? ['--tls', '--cacert', opts.tls.ca] : []),
+    ...(opts.password !== undefined ? ['-a', opts.password, '--no-auth-warning'] : []),
+  ];
   try {
     await promisify(execFile)(
       'redis-cli',
-      ['--cluster', 'create', ...addrs, '--cluster-replicas', '1', '--cluster-yes'],
+      [...connection, '--cluster', 'create', ...addrs, '--cluster-replicas', '1', '--cluster-yes'],
       { timeout: CREATE_TIMEOUT_MS },
     );
   } catch (err) {
@@ -369,7 +411,9 @@ function makeCluster(nodes: ClusterNode[], stop: () => Promise<void>): TestClust
       )) as Buffer[];
       if (keys.length === 0) break;
       // No REPLACE: a key already on the target would be a bug worth seeing (BUSYKEY).
-      await adminCommand(from, 'MIGRATE', to.host, to.port, '', 0, MIGRATE_TIMEOUT_MS, 'KEYS', ...keys);
+      const password = accessOf.get(to)?.password;
+      const auth = password !== undefined ? ['AUTH', password] : [];
+      await adminCommand(from, 'MIGRATE', to.host, to.port, '', 0, MIGRATE_TIMEOUT_MS, ...auth, 'KEYS', ...keys);
     }
     // Target first again (it bumps its config epoch, so its claim wins), then
     // the source (so it stops sending ASK), then everyone else, like redis-cli.
@@ -563,9 +607,12 @@ async function adminCommand(node: ClusterNode, ...args: Array<string | Buffer | 
  * and timeouts are rethrown naming the node; Redis error replies as they are.
  */
 async function withConnection<T>(node: ClusterNode, fn: (r: Redis) => Promise<T>): Promise<T> {
+  const access = accessOf.get(node);
   const client = new Redis({
     host: node.host,
     port: node.port,
+    password: access?.password,
+    tls: access?.tls,
     lazyConnect: true,
     enableOfflineQueue: false,
     enableReadyCheck: false,

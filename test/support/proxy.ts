@@ -137,7 +137,7 @@ export async function startClusterTestProxy(opts: TestProxyOptions & { refreshMs
   const setup = testSetup(opts);
   const seeds = opts.upstream.split(',').map(parseUpstreamUrl);
   const basePort = await freePortRange(16);
-  const cluster = await ClusterManager.start({
+  const starting = ClusterManager.start({
     seeds,
     upstreamTls: opts.upstreamTls ?? null,
     listenHost: '127.0.0.1',
@@ -152,6 +152,10 @@ export async function startClusterTestProxy(opts: TestProxyOptions & { refreshMs
     contextFor: (upstream, nodes) => setup.contextFor(upstream, opts, nodes),
     log: setup.log,
     stats: setup.stats,
+  });
+  const cluster = await starting.catch((err: unknown) => {
+    setup.cleanUp();
+    throw err;
   });
   const server = await startProxy(
     { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
