@@ -14,18 +14,31 @@
  * and replies are only counted (resp-counter.ts), so the generator itself
  * allocates next to nothing per request.
  *
+ * Against a Redis Cluster (directly or through the proxy's node listeners),
+ * each connection goes to one master and sends only keys of its slots, as a
+ * cluster client's connection to that node would.
+ *
  * Runs as its own process (worker.ts): `runLockLoad()` spawns this file.
  */
 import { Buffer } from 'node:buffer';
 import type net from 'node:net';
 import process from 'node:process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { connect } from './processes.js';
+import { keySlot, servesSlot, type Shard } from './cluster.js';
+import { command, connect } from './processes.js';
 import { ReplyCounter } from './resp-counter.js';
 import { isMain, runWorker, workerMain } from './worker.js';
 
 export interface LockLoadOptions {
+  /** Where every connection goes, unless `shards` is given. */
   port: number;
+  /**
+   * Redis Cluster: connection i goes to shards[i mod n] instead, and sends
+   * only the keys whose hash slot that shard serves (the 1,000 lock ids and
+   * the other keys are split between the shards), so that no request is
+   * answered with -MOVED.
+   */
+  shards?: Shard[];
   connections: number;
   /** Requests in flight per connection. */
   depth: number;
@@ -55,15 +68,6 @@ export function runLockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
   return runWorker<LockLoadResult>(import.meta.url, options, options.warmupMs + options.durationMs + 30_000);
 }
 
-function command(...args: (string | Buffer)[]): Buffer {
-  const parts: Buffer[] = [Buffer.from(`*${args.length}\r\n`)];
-  for (const arg of args) {
-    const bytes = typeof arg === 'string' ? Buffer.from(arg) : arg;
-    parts.push(Buffer.from(`$${bytes.length}\r\n`), bytes, Buffer.from('\r\n'));
-  }
-  return Buffer.concat(parts);
-}
-
 /** Stalwart's task lock key: KV_LOCK_TASK (0x17) then the id as u64 big-endian. */
 function taskLockKey(id: bigint): Buffer {
   const key = Buffer.alloc(9);
@@ -88,17 +92,28 @@ interface Requests {
   others: Buffer[];
 }
 
-function encodeRequests(): Requests {
+/** Every request, or with `keep` those whose key it keeps. */
+function encodeRequests(keep: (key: Buffer) => boolean = () => true): Requests {
   const locks: Buffer[] = [];
-  // Spread the ids over the u64 range like real task ids, not 0..999.
-  for (let i = 0; i < LOCK_IDS; i++) locks.push(lockBlock(taskLockKey(0x0001_0000_0000_0000n + BigInt(i) * 7_919n)));
+  for (let i = 0; i < LOCK_IDS; i++) {
+    // Spread the ids over the u64 range like real task ids, not 0..999.
+    const key = taskLockKey(0x0001_0000_0000_0000n + BigInt(i) * 7_919n);
+    if (keep(key)) locks.push(lockBlock(key));
+  }
   const value = Buffer.alloc(64, 'v');
   const others: Buffer[] = [];
   for (let i = 0; i < OTHER_KEYS; i++) {
-    const key = `bench:lock-load:${i}`;
-    others.push(command('PING'), command('GET', key), command('SETEX', key, '60', value));
+    const key = Buffer.from(`bench:lock-load:${i}`);
+    if (keep(key)) others.push(command('PING'), command('GET', key), command('SETEX', key, '60', value));
   }
+  if (locks.length === 0 || others.length === 0) throw new Error('a shard was left without keys');
   return { locks, others };
+}
+
+/** Where each connection goes and what it sends: one port and every key, or a shard of a cluster and its keys. */
+function destinations(options: LockLoadOptions): Array<{ port: number; requests: Requests }> {
+  if (options.shards === undefined) return [{ port: options.port, requests: encodeRequests() }];
+  return options.shards.map((shard) => ({ port: shard.port, requests: encodeRequests((key) => servesSlot(shard, keySlot(key))) }));
 }
 
 /** Totals shared by all connections of this process. */
@@ -199,9 +214,10 @@ class Connection {
 
 /** Worker side: the load itself. */
 async function lockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
-  const encoded = encodeRequests();
+  const to = destinations(options);
+  const destination = (i: number) => to[i % to.length];
   const totals: Totals = { requests: 0, locks: 0, running: true };
-  const sockets = await Promise.all(Array.from({ length: options.connections }, () => connect(options.port)));
+  const sockets = await Promise.all(Array.from({ length: options.connections }, (_, i) => connect(destination(i).port)));
   let failure: Error | null = null;
   for (const socket of sockets) {
     socket.on('error', (error) => {
@@ -211,7 +227,7 @@ async function lockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
       if (totals.running) failure ??= new Error('a connection closed during the load');
     });
   }
-  const connections = sockets.map((socket, i) => new Connection(socket, encoded, options.depth, totals, i));
+  const connections = sockets.map((socket, i) => new Connection(socket, destination(i).requests, options.depth, totals, i));
   for (const connection of connections) connection.start();
 
   await sleep(options.warmupMs);

@@ -6,6 +6,10 @@
  * nutcracker; round 2 the same; ...) so that a slow patch of the machine
  * hits every target alike, and the report takes medians over rounds.
  *
+ * Last comes the cluster part (cluster.ts): a local Redis Cluster, the proxy
+ * in cluster mode in front of it, and the same throughput loads against
+ * both, interleaved by round in the same way.
+ *
  * It is a measurement, not a test: it exits 0 whatever the verdicts, and
  * non-zero only when the bench itself broke (1) or was interrupted (130).
  */
@@ -16,8 +20,17 @@ import path from 'node:path';
 import process from 'node:process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import {
+  bypassing,
+  startCluster,
+  startClusterProxy,
+  withRouting,
+  type BenchCluster,
+  type ClusterProxy,
+  type Shard,
+} from './cluster.js';
 import { runLatency } from './latency.js';
-import { runLockLoad } from './lock-load.js';
+import { runLockLoad, type LockLoadResult } from './lock-load.js';
 import { filesNeeded, idleConnections, readProcMemory, slowReader, type StreamOptions } from './memory.js';
 import {
   findExecutable,
@@ -35,7 +48,7 @@ import {
   type Target,
   type TargetName,
 } from './processes.js';
-import { runRedisBenchmark, TESTS } from './redis-benchmark.js';
+import { runRedisBenchmark, TESTS, type BenchmarkResult } from './redis-benchmark.js';
 import {
   computeMedians,
   DEPTH,
@@ -43,13 +56,22 @@ import {
   evaluateTargets,
   PIPELINES,
   renderReport,
+  type ClusterResults,
   type Outcome,
   type PerTarget,
+  type Pipeline,
   type Results,
 } from './report.js';
 
 const MiB = 1024 * 1024;
 const CLIENTS = 50;
+/**
+ * The cluster part's redis-benchmark runs take this many times the requests.
+ * With --cluster, redis-benchmark runs a thread per master, and a threaded
+ * run notices that a test is over only on its 250 ms timer: a test of t
+ * seconds reads up to 0.25 / t too slow, so its tests must not be short.
+ */
+const CLUSTER_REQUESTS_FACTOR = 3;
 /** CPU already busy at start (all CPUs together) above which the report warns. */
 const BUSY_WARNING_PERCENT = 10;
 const busyWarning = (percent: number): string =>
@@ -103,10 +125,12 @@ const USAGE = `Usage: npm run bench -- [options]
   --rounds N          rounds of every load, interleaved over the targets (default ${FULL.rounds})
   --quick             smoke run: 1 round, smaller request counts, 1 s lock loads
   --json FILE         also write raw and median figures, the machine and the verdicts
-  --requests-p1 N     redis-benchmark -n at pipeline 1 (default ${FULL.requestsP1}, quick ${QUICK.requestsP1})
-  --requests-p16 N    redis-benchmark -n at pipeline 16 (default ${FULL.requestsP16}, quick ${QUICK.requestsP16})
+  --requests-p1 N     redis-benchmark -n at pipeline 1 (default ${FULL.requestsP1}, quick ${QUICK.requestsP1};
+                      ${CLUSTER_REQUESTS_FACTOR} times that in the cluster part)
+  --requests-p16 N    redis-benchmark -n at pipeline 16 (default ${FULL.requestsP16}, quick ${QUICK.requestsP16};
+                      ${CLUSTER_REQUESTS_FACTOR} times that in the cluster part)
   --lock-seconds S    duration of each lock load (default ${FULL.lockMs / 1000}, quick ${QUICK.lockMs / 1000})
-  --without PEERS     leave out haproxy and/or nutcracker (comma-separated), as if not installed
+  --without PARTS     leave out haproxy, nutcracker and/or cluster (comma-separated), as if not installed
   -h, --help
 `;
 
@@ -152,7 +176,9 @@ function parseOptions(argv: string[]): Options {
   const base = parsed.quick ? QUICK : FULL;
   const without = new Set((parsed.without ?? '').split(',').filter((w) => w !== ''));
   for (const peer of without) {
-    if (peer !== 'haproxy' && peer !== 'nutcracker') throw new BenchError(`--without takes haproxy and/or nutcracker, not ${peer}`);
+    if (peer !== 'haproxy' && peer !== 'nutcracker' && peer !== 'cluster') {
+      throw new BenchError(`--without takes haproxy, nutcracker and/or cluster, not ${peer}`);
+    }
   }
   const lockSeconds = positive('lock-seconds', parsed['lock-seconds']);
   return {
@@ -180,6 +206,8 @@ interface Tools {
   redisBenchmark: string;
   haproxy: string | null;
   nutcracker: string | null;
+  /** Creates the cluster of the cluster part; null: no cluster part. */
+  redisCli: string | null;
 }
 
 function findTools(without: Set<string>): Tools {
@@ -195,6 +223,7 @@ function findTools(without: Set<string>): Tools {
     redisBenchmark,
     haproxy: without.has('haproxy') ? null : findExecutable('haproxy'),
     nutcracker: without.has('nutcracker') ? null : findExecutable('nutcracker'),
+    redisCli: without.has('cluster') ? null : findExecutable('redis-cli'),
   };
 }
 
@@ -280,14 +309,23 @@ async function startTargets(tools: Tools, without: Set<string>, dir: string, fdL
   };
 }
 
+/**
+ * What a throughput load aims at. A cluster target also has its masters'
+ * shards: redis-benchmark then runs with --cluster (`port` is its seed), and
+ * the lock load aims at the shards.
+ */
+type LoadTarget = Target & { shards?: Shard[] };
+
 /** Untimed: the proxy's JIT and every target's buffers settle before the first round counts. */
-async function warmUp(tools: Tools, setup: Setup, profile: Profile): Promise<void> {
+async function warmUp(tools: Tools, profile: Profile, targets: LoadTarget[], lockTargets: LoadTarget[]): Promise<void> {
   const t0 = Date.now();
-  for (const target of setup.targets) {
-    await runRedisBenchmark(tools.redisBenchmark, { port: target.port, requests: profile.warmupRequests, pipeline: 16, clients: CLIENTS });
+  for (const target of targets) {
+    const cluster = target.shards !== undefined;
+    await runRedisBenchmark(tools.redisBenchmark, { port: target.port, requests: profile.warmupRequests, pipeline: 16, clients: CLIENTS, cluster });
   }
-  for (const target of setup.lockTargets) {
-    await runLockLoad({ port: target.port, connections: CLIENTS, depth: 16, warmupMs: 0, durationMs: profile.lockWarmupMs });
+  for (const target of lockTargets) {
+    const { port, shards } = target;
+    await runLockLoad({ port, shards, connections: CLIENTS, depth: 16, warmupMs: 0, durationMs: profile.lockWarmupMs });
   }
   log(`bench: warm-up done (${since(t0)})`);
 }
@@ -296,32 +334,45 @@ function record<T>(per: PerTarget<T[]>, name: TargetName, value: T): void {
   (per[name] ??= []).push(value);
 }
 
+/** redis-benchmark -n of a run at pipeline `p`. */
+function requestsOf(profile: Profile, p: Pipeline, cluster: boolean): number {
+  return (p === 'p1' ? profile.requestsP1 : profile.requestsP16) * (cluster ? CLUSTER_REQUESTS_FACTOR : 1);
+}
+
+/** One redis-benchmark run of a round, logged. */
+async function benchmarkRun(tools: Tools, profile: Profile, tag: string, p: Pipeline, target: LoadTarget): Promise<BenchmarkResult> {
+  const t0 = Date.now();
+  const cluster = target.shards !== undefined;
+  const requests = requestsOf(profile, p, cluster);
+  const r = await runRedisBenchmark(tools.redisBenchmark, { port: target.port, requests, pipeline: DEPTH[p], clients: CLIENTS, cluster });
+  log(`${tag} redis-benchmark ${p.toUpperCase()} ${target.name}: ${TESTS.map((t) => `${t} ${int(r[t])}`).join(', ')} /s (${since(t0)})`);
+  return r;
+}
+
+/** One lock load of a round, logged. */
+async function lockRun(profile: Profile, tag: string, p: Pipeline, target: LoadTarget): Promise<LockLoadResult> {
+  const r = await runLockLoad({
+    port: target.port,
+    shards: target.shards,
+    connections: CLIENTS,
+    depth: DEPTH[p],
+    warmupMs: profile.lockWarmupMs,
+    durationMs: profile.lockMs,
+  });
+  const errors = r.errors > 0 ? `, ${r.errors} ERROR REPLIES` : '';
+  log(`${tag} lock load ${p.toUpperCase()} ${target.name}: ${int(r.rps)} requests/s, ${int(r.locksPerSecond)} lock blocks/s${errors}`);
+  return r;
+}
+
 /** Every load against every target, round after round. */
 async function runRounds(tools: Tools, setup: Setup, profile: Profile, results: Results): Promise<void> {
   for (let round = 1; round <= profile.rounds; round++) {
     const tag = `[round ${round}/${profile.rounds}]`;
     for (const p of PIPELINES) {
-      for (const target of setup.targets) {
-        const t0 = Date.now();
-        const requests = p === 'p1' ? profile.requestsP1 : profile.requestsP16;
-        const r = await runRedisBenchmark(tools.redisBenchmark, { port: target.port, requests, pipeline: DEPTH[p], clients: CLIENTS });
-        record(results.passThrough[p], target.name, r);
-        log(`${tag} redis-benchmark ${p.toUpperCase()} ${target.name}: ${TESTS.map((t) => `${t} ${int(r[t])}`).join(', ')} /s (${since(t0)})`);
-      }
+      for (const target of setup.targets) record(results.passThrough[p], target.name, await benchmarkRun(tools, profile, tag, p, target));
     }
     for (const p of PIPELINES) {
-      for (const target of setup.lockTargets) {
-        const r = await runLockLoad({
-          port: target.port,
-          connections: CLIENTS,
-          depth: DEPTH[p],
-          warmupMs: profile.lockWarmupMs,
-          durationMs: profile.lockMs,
-        });
-        record(results.lock[p], target.name, r);
-        const errors = r.errors > 0 ? `, ${r.errors} ERROR REPLIES` : '';
-        log(`${tag} lock load ${p.toUpperCase()} ${target.name}: ${int(r.rps)} requests/s, ${int(r.locksPerSecond)} lock blocks/s${errors}`);
-      }
+      for (const target of setup.lockTargets) record(results.lock[p], target.name, await lockRun(profile, tag, p, target));
     }
     // All targets in one run, their round trips interleaved (see latency.ts).
     const latency = await runLatency({ targets: setup.targets, warmup: profile.latencyWarmup, roundTrips: profile.latencyRoundTrips });
@@ -356,15 +407,86 @@ async function measureMemory(setup: Setup, profile: Profile, fdLimit: number, re
     results.memory.idle = { ok: false, skipped: true, reason };
     log(`bench: idle connections skipped: ${reason}`);
   } else {
-    results.memory.idle = await outcome(() =>
+    results.memory.idle = await outcome('memory test', () =>
       withFreshProxy((proxy) => idleConnections(proxy, redisPort, profile.idleConnections)),
     );
     log(`bench: ${int(profile.idleConnections)} idle connections measured (${since(t0)})`);
   }
 
   t0 = Date.now();
-  results.memory.stream = await outcome(() => withFreshProxy((proxy) => slowReader(proxy, redisPort, profile.stream)));
+  results.memory.stream = await outcome('memory test', () => withFreshProxy((proxy) => slowReader(proxy, redisPort, profile.stream)));
   log(`bench: slow reader measured (${since(t0)})`);
+}
+
+interface ClusterSetup {
+  cluster: BenchCluster;
+  proxy: ClusterProxy;
+  /** direct: seeded with a master, the lock load on the masters; proxy: seeded with --listen, the lock load on the node listeners. */
+  targets: LoadTarget[];
+}
+
+/** The cluster and the proxy in front of it; what started goes into `running` at once, so that a failure half-way stops it too. */
+async function startClusterTargets(tools: Tools, redisCli: string, dir: string, running: Managed[]): Promise<ClusterSetup> {
+  const t0 = Date.now();
+  const cluster = await startCluster(tools.redisServer, redisCli, dir);
+  running.push(...cluster.nodes.map((node) => node.managed));
+  const proxy = await startClusterProxy(cluster);
+  running.push(proxy.managed);
+  const ports = (shards: Shard[]): string => shards.map((s) => s.port).join(', ');
+  log(
+    `bench: cluster of ${cluster.nodes.length} nodes (masters ${ports(cluster.shards)}) and the proxy (seed 127.0.0.1:${proxy.port}, ` +
+      `listeners ${ports(proxy.shards)} for the masters) ready (${since(t0)})`,
+  );
+  return {
+    cluster,
+    proxy,
+    targets: [
+      { name: 'direct', port: cluster.shards[0].port, shards: cluster.shards },
+      { name: 'proxy', port: proxy.port, shards: proxy.shards },
+    ],
+  };
+}
+
+/** Both throughput loads against both cluster targets, round after round; each redis-benchmark run with its routing check. */
+async function runClusterRounds(tools: Tools, setup: ClusterSetup, running: Managed[], profile: Profile, results: ClusterResults): Promise<void> {
+  for (let round = 1; round <= profile.rounds; round++) {
+    const tag = `[cluster round ${round}/${profile.rounds}]`;
+    for (const p of PIPELINES) {
+      for (const target of setup.targets) {
+        const [r, routing] = await withRouting(setup.cluster, setup.proxy, () => benchmarkRun(tools, profile, tag, p, target));
+        record(results.passThrough[p], target.name, r);
+        record(results.routing, target.name, routing);
+        log(`${tag}   the nodes accepted ${routing.atNodes} connections, ${bypassing(routing)} not opened by the proxy`);
+      }
+    }
+    for (const p of PIPELINES) {
+      for (const target of setup.targets) record(results.lock[p], target.name, await lockRun(profile, tag, p, target));
+    }
+    for (const managed of running) managed.assertAlive();
+  }
+}
+
+/**
+ * The cluster part, after everything else: its own Redis Cluster and the
+ * proxy with --cluster, both stopped again at the end. Like a memory test, a
+ * failure is reported rather than fatal.
+ */
+async function measureCluster(tools: Tools, without: Set<string>, profile: Profile, dir: string, results: ClusterResults): Promise<void> {
+  const redisCli = tools.redisCli;
+  if (redisCli === null) {
+    const reason = without.has('cluster') ? 'left out (--without cluster)' : 'redis-cli not installed (apt-get install redis-tools)';
+    results.missing = { skipped: true, reason };
+    log(`bench: cluster part ${reason}`);
+    return;
+  }
+  const running: Managed[] = [];
+  const ran = await outcome('cluster part', async () => {
+    const setup = await startClusterTargets(tools, redisCli, dir, running);
+    await warmUp(tools, profile, setup.targets, setup.targets);
+    await runClusterRounds(tools, setup, running, profile, results);
+  });
+  await Promise.all(running.map((managed) => managed.stop()));
+  if (!ran.ok) results.missing = { skipped: false, reason: ran.reason };
 }
 
 async function main(): Promise<void> {
@@ -379,14 +501,16 @@ async function main(): Promise<void> {
 
   cleanupDir = await mkdtemp(path.join(os.tmpdir(), 'redis-lock-proxy-bench-'));
   const setup = await startTargets(tools, without, cleanupDir, fdLimit);
-  await warmUp(tools, setup, profile);
+  await warmUp(tools, profile, setup.targets, setup.lockTargets);
   const results = emptyResults();
   await runRounds(tools, setup, profile, results);
   results.memory.afterLoads = readProcMemory(setup.proxy.pid);
   await measureMemory(setup, profile, fdLimit, results);
+  await measureCluster(tools, without, profile, cleanupDir, results.cluster);
 
   const medians = computeMedians(results);
   const verdicts = evaluateTargets(medians, results, setup.absent);
+  const clusterRequests = { p1: requestsOf(profile, 'p1', true), p16: requestsOf(profile, 'p16', true) };
   const peers = [machine.haproxy ?? 'haproxy absent', machine.nutcracker ?? 'nutcracker absent'].join('; ');
   process.stdout.write(
     `\nredis-lock-proxy bench, ${new Date(started).toISOString()}: ${machine.cpus} CPUs (${machine.cpuModel}), ` +
@@ -399,6 +523,7 @@ async function main(): Promise<void> {
         lockConnections: CLIENTS,
         latencyRoundTrips: profile.latencyRoundTrips,
         idleConnections: profile.idleConnections,
+        clusterRequests,
         absent: setup.absent,
       }) +
       '\n',
@@ -407,20 +532,31 @@ async function main(): Promise<void> {
   const seconds = (Date.now() - started) / 1000;
   if (json !== null) {
     const absent = setup.absent;
-    const document = { startedAt: new Date(started).toISOString(), seconds, machine, profile, absent, raw: results, medians, verdicts };
+    const document = {
+      startedAt: new Date(started).toISOString(),
+      seconds,
+      machine,
+      profile: { ...profile, clusterRequests },
+      absent,
+      raw: results,
+      medians,
+      verdicts,
+    };
     await writeFile(json, JSON.stringify(document, null, 2) + '\n');
     log(`bench: wrote ${json}`);
   }
   log(`bench: done in ${(seconds / 60).toFixed(1)} min`);
 }
 
-/** Runs a memory test; an error becomes its outcome so the report still prints. */
-async function outcome<T>(run: () => Promise<T>): Promise<Outcome<T>> {
+/** Runs a memory test or the cluster part; an error becomes its outcome so the report still prints. */
+async function outcome<T>(what: string, run: () => Promise<T>): Promise<Outcome<T>> {
   try {
     return { ok: true, value: await run() };
   } catch (error) {
+    // Ctrl-C stopped the processes under it: that is no result to report.
+    if (interrupted) throw error;
     const reason = error instanceof Error ? error.message : String(error);
-    log(`bench: memory test failed: ${reason}`);
+    log(`bench: ${what} failed: ${reason}`);
     return { ok: false, skipped: false, reason: reason.split('\n')[0] };
   }
 }

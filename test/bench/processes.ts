@@ -5,7 +5,8 @@
  * process so /proc/<pid>/status shows its memory alone), HAProxy in TCP mode
  * (an L4 baseline) and nutcracker (twemproxy, an L7 Redis proxy). Everything
  * listens on loopback on ports the OS picked. Every child goes into one
- * registry, so SIGINT or an error anywhere stops all of them.
+ * registry, so SIGINT or an error anywhere stops all of them (the Redis
+ * Cluster of the cluster part too, see cluster.ts).
  *
  * Globals such as `process` and `Buffer` are imported explicitly in every
  * bench module: the compiled JavaScript lands in `.bench/`, which `eslint .`
@@ -60,23 +61,44 @@ const OUTPUT_TAIL_CHARS = 64 * 1024;
 /** Every child we spawned and have not seen exit. */
 const live = new Set<ChildProcess>();
 
+/** Binds `port` (0: any) on loopback and lets it go again: the port bound, or null when it is taken. */
+function tryBind(port: number): Promise<number | null> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(null));
+    server.listen(port, HOST, () => {
+      const { port: p } = server.address() as net.AddressInfo;
+      server.close(() => resolve(p));
+    });
+  });
+}
+
 /** A TCP port that was free a moment ago; never the same one twice in a run. */
 const handedOut = new Set<number>();
 export async function freePort(): Promise<number> {
   for (;;) {
-    const port = await new Promise<number>((resolve, reject) => {
-      const server = net.createServer();
-      server.once('error', reject);
-      server.listen(0, HOST, () => {
-        const { port: p } = server.address() as net.AddressInfo;
-        server.close(() => resolve(p));
-      });
-    });
+    const port = await tryBind(0);
+    if (port === null) throw new Error(`cannot bind any port on ${HOST}`);
     if (!handedOut.has(port)) {
       handedOut.add(port);
       return port;
     }
   }
+}
+
+/**
+ * A free port whose companion `port + offset` is free too, both handed out:
+ * a cluster node's bus listens on its port + 10000.
+ */
+export async function freePortWithCompanion(offset: number): Promise<number> {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = await freePort();
+    const companion = port + offset;
+    if (companion > 65_535 || handedOut.has(companion) || (await tryBind(companion)) === null) continue;
+    handedOut.add(companion);
+    return port;
+  }
+  throw new Error(`no free port p with p + ${offset} also free in 100 attempts`);
 }
 
 /** The repository root: the nearest directory above this file with our package.json. */
@@ -219,30 +241,62 @@ export function roundTrip(port: number, request: string | Buffer, timeoutMs = 2_
   });
 }
 
+/** One request in RESP, as a client library writes it. */
+export function command(...args: (string | Buffer)[]): Buffer {
+  const parts: Buffer[] = [Buffer.from(`*${args.length}\r\n`)];
+  for (const arg of args) {
+    const bytes = typeof arg === 'string' ? Buffer.from(arg) : arg;
+    parts.push(Buffer.from(`$${bytes.length}\r\n`), bytes, Buffer.from('\r\n'));
+  }
+  return Buffer.concat(parts);
+}
+
+/** The text of a bulk string reply (INFO, CLUSTER NODES, ...); anything else, an error reply above all, throws. */
+export function bulkText(reply: string): string {
+  if (!reply.startsWith('$') || reply.startsWith('$-1')) throw new Error(`expected a bulk string, got ${JSON.stringify(reply.slice(0, 200))}`);
+  return reply.slice(reply.indexOf('\r\n') + 2, -2);
+}
+
 export const PING = '*1\r\n$4\r\nPING\r\n';
 const GET_PROBE = '*2\r\n$3\r\nGET\r\n$17\r\nbench:ready-probe\r\n';
+
+/**
+ * Polls `probe` until it resolves null (ready; else it says what is missing),
+ * while every process in `watched` stays alive.
+ */
+export async function waitUntil(
+  what: string,
+  watched: Managed[],
+  probe: () => Promise<string | null>,
+  timeoutMs = READY_TIMEOUT_MS,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown = null;
+  while (Date.now() < deadline) {
+    for (const managed of watched) managed.assertAlive();
+    try {
+      last = await probe();
+      if (last === null) return;
+    } catch (error) {
+      last = error;
+    }
+    await sleep(50);
+  }
+  const output = watched.map((managed) => managed.output()).join('\n');
+  throw new Error(`${what} not ready after ${timeoutMs} ms: ${String(last)}\n${output}`);
+}
 
 /**
  * Waits until `port` answers PING, then a GET: the GET has to reach Redis, so
  * for the proxies it also proves the upstream side works (nutcracker answers
  * PING itself in some versions).
  */
-async function waitReady(managed: Managed | null, port: number): Promise<void> {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  let last: unknown = null;
-  while (Date.now() < deadline) {
-    managed?.assertAlive();
-    try {
-      const pong = await roundTrip(port, PING);
-      const nil = await roundTrip(port, GET_PROBE);
-      if (pong === '+PONG\r\n' && nil === '$-1\r\n') return;
-      last = new Error(`unexpected answers ${JSON.stringify(pong)} ${JSON.stringify(nil)}`);
-    } catch (error) {
-      last = error;
-    }
-    await sleep(50);
-  }
-  throw new Error(`${managed?.name ?? 'port ' + port} not ready after ${READY_TIMEOUT_MS} ms: ${String(last)}\n${managed?.output() ?? ''}`);
+async function waitReady(managed: Managed, port: number): Promise<void> {
+  await waitUntil(managed.name, [managed], async () => {
+    const pong = await roundTrip(port, PING);
+    const nil = await roundTrip(port, GET_PROBE);
+    return pong === '+PONG\r\n' && nil === '$-1\r\n' ? null : `unexpected answers ${JSON.stringify(pong)} ${JSON.stringify(nil)}`;
+  });
 }
 
 /**
@@ -252,22 +306,30 @@ async function waitReady(managed: Managed | null, port: number): Promise<void> {
  */
 export async function startRedis(bin: string, dir: string): Promise<Managed> {
   const port = await freePort();
-  const args = ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--maxclients', '20000'];
-  args.push('--dir', dir, '--daemonize', 'no', '--protected-mode', 'no', '--loglevel', 'warning');
-  const redis = spawnTracked('redis-server', bin, args, port);
+  const redis = spawnTracked('redis-server', bin, [...redisArgs(port, dir), '--maxclients', '20000'], port);
   await waitReady(redis, port);
   return redis;
+}
+
+/** What every redis-server of the bench runs with: loopback, in the foreground, nothing persisted. */
+export function redisArgs(port: number, dir: string): string[] {
+  const args = ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no'];
+  args.push('--dir', dir, '--daemonize', 'no', '--protected-mode', 'no', '--loglevel', 'warning');
+  return args;
 }
 
 /** The proxy under test, exactly as an operator runs it, minus the admin server and info logs. */
 export async function startProxy(redisPort: number, extraArgs: string[] = []): Promise<Managed> {
   const port = await freePort();
-  const cli = path.join(repoRoot(), 'dist', 'cli.js');
-  const args = [cli, '--listen', `${HOST}:${port}`, '--upstream', `redis://${HOST}:${redisPort}`];
-  args.push('--admin-listen', 'off', '--log-level', 'warn', ...extraArgs);
-  const proxy = spawnTracked('redis-lock-proxy', process.execPath, args, port);
+  const proxy = spawnProxy(port, ['--upstream', `redis://${HOST}:${redisPort}`, '--admin-listen', 'off', ...extraArgs]);
   await waitReady(proxy, port);
   return proxy;
+}
+
+/** `node dist/cli.js --listen 127.0.0.1:<port>` with warnings only, and `args` (the upstream, the admin server). */
+export function spawnProxy(port: number, args: string[]): Managed {
+  const cli = path.join(repoRoot(), 'dist', 'cli.js');
+  return spawnTracked('redis-lock-proxy', process.execPath, [cli, '--listen', `${HOST}:${port}`, '--log-level', 'warn', ...args], port);
 }
 
 /**

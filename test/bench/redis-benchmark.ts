@@ -6,6 +6,10 @@
  * It is a child process anyway; we only read its CSV ("test","rps",...).
  * Against nutcracker it prints "WARNING: Could not fetch server CONFIG" on
  * stderr (twemproxy does not forward CONFIG) and carries on; that is expected.
+ *
+ * With `cluster`, `--cluster`: it reads CLUSTER NODES from the seed (`port`),
+ * spreads its clients over the masters and tags each master's keys so they
+ * hash to its slots; it prints the masters before the CSV.
  */
 import { spawnTracked } from './processes.js';
 
@@ -20,12 +24,15 @@ export interface BenchmarkOptions {
   requests: number;
   pipeline: number;
   clients: number;
+  /** Redis Cluster mode, `port` being the seed. */
+  cluster?: boolean;
 }
 
 export async function runRedisBenchmark(bin: string, options: BenchmarkOptions): Promise<BenchmarkResult> {
   const args = ['-h', '127.0.0.1', '-p', String(options.port), '-t', 'get,set,incr'];
   args.push('-c', String(options.clients), '-n', String(options.requests), '-q', '--csv');
   if (options.pipeline > 1) args.push('-P', String(options.pipeline));
+  if (options.cluster) args.push('--cluster');
   const child = spawnTracked('redis-benchmark', bin, args, options.port);
   const status = await child.exited;
   if (status !== 0) throw new Error(`redis-benchmark ${args.join(' ')} failed (${status}):\n${child.output()}`);

@@ -3,6 +3,7 @@
  * round from a noisy neighbour should not decide anything), ratios against
  * direct Redis and the peers, and a PASS/FAIL line per target of the issue.
  */
+import { bypassing, MASTERS, NODES, type Routing } from './cluster.js';
 import type { LatencyResult } from './latency.js';
 import type { LockLoadResult } from './lock-load.js';
 import type { IdleResult, ProcMemory, StreamResult } from './memory.js';
@@ -18,10 +19,22 @@ export type Outcome<T> = { ok: true; value: T } | { ok: false; skipped: boolean;
 
 export type PerTarget<T> = Partial<Record<TargetName, T>>;
 
-/** Every raw figure, one array entry per round. */
-export interface Results {
+/** The two throughput loads, raw: one array entry per round. */
+export interface LoadResults {
   passThrough: Record<Pipeline, PerTarget<BenchmarkResult[]>>;
   lock: Record<Pipeline, PerTarget<LockLoadResult[]>>;
+}
+
+/** The cluster part: direct (a real node as seed) and proxy (the proxy in cluster mode). */
+export interface ClusterResults extends LoadResults {
+  /** Per redis-benchmark run and target: where its connections went (cluster.ts). */
+  routing: PerTarget<Routing[]>;
+  /** Why the part did not run, or the error that stopped it (skipped: false); null when it ran. */
+  missing: { skipped: boolean; reason: string } | null;
+}
+
+/** Every raw figure, one array entry per round. */
+export interface Results extends LoadResults {
   latency: PerTarget<LatencyResult[]>;
   memory: {
     /** The load proxy after all rounds: how much the loads themselves took. */
@@ -29,14 +42,17 @@ export interface Results {
     idle: Outcome<IdleResult> | null;
     stream: Outcome<StreamResult> | null;
   };
+  cluster: ClusterResults;
 }
+
+const emptyLoads = (): LoadResults => ({ passThrough: { p1: {}, p16: {} }, lock: { p1: {}, p16: {} } });
 
 export function emptyResults(): Results {
   return {
-    passThrough: { p1: {}, p16: {} },
-    lock: { p1: {}, p16: {} },
+    ...emptyLoads(),
     latency: {},
     memory: { afterLoads: null, idle: null, stream: null },
+    cluster: { ...emptyLoads(), routing: {}, missing: null },
   };
 }
 
@@ -47,10 +63,14 @@ export interface LatencyMedian {
   p999: number;
 }
 
-export interface Medians {
+export interface LoadMedians {
   passThrough: Record<Pipeline, PerTarget<BenchmarkMedian>>;
   lock: Record<Pipeline, PerTarget<number>>;
+}
+
+export interface Medians extends LoadMedians {
   latency: PerTarget<LatencyMedian>;
+  cluster: LoadMedians;
 }
 
 export function median(values: number[]): number {
@@ -72,7 +92,7 @@ function mapTargets<T, U>(per: PerTarget<T>, f: (value: T) => U): PerTarget<U> {
   return out;
 }
 
-export function computeMedians(results: Results): Medians {
+function loadMedians(results: LoadResults): LoadMedians {
   const benchmark = (runs: BenchmarkResult[]): BenchmarkMedian => {
     const m = { GET: 0, SET: 0, INCR: 0, geomean: 0 };
     for (const test of TESTS) m[test] = median(runs.map((r) => r[test]));
@@ -88,11 +108,18 @@ export function computeMedians(results: Results): Medians {
       p1: mapTargets(results.lock.p1, (runs) => median(runs.map((r) => r.rps))),
       p16: mapTargets(results.lock.p16, (runs) => median(runs.map((r) => r.rps))),
     },
+  };
+}
+
+export function computeMedians(results: Results): Medians {
+  return {
+    ...loadMedians(results),
     latency: mapTargets(results.latency, (runs) => ({
       p50: median(runs.map((r) => r.p50)),
       p99: median(runs.map((r) => r.p99)),
       p999: median(runs.map((r) => r.p999)),
     })),
+    cluster: loadMedians(results.cluster),
   };
 }
 
@@ -174,12 +201,27 @@ function table(header: string[], rows: string[][]): string {
   return [line(header), ...rows.map(line)].map((l) => '  ' + l).join('\n');
 }
 
+/** One row per pipeline and test (GET, SET, INCR, geomean), made by `row` from each target's median. */
+function perTest(
+  medians: LoadMedians['passThrough'],
+  row: (label: string, v: (name: TargetName) => number | undefined) => string[],
+): string[][] {
+  return PIPELINES.flatMap((p) =>
+    [...TESTS, 'geomean' as const].map((test) => row(`${p.toUpperCase()} ${test}`, (name) => medians[p][name]?.[test])),
+  );
+}
+
+const errorReplies = (results: LoadResults): number =>
+  PIPELINES.flatMap((p) => Object.values(results.lock[p]).flat()).reduce((s, r) => s + r.errors, 0);
+
 export interface ReportContext {
   rounds: number;
   clients: number;
   lockConnections: number;
   latencyRoundTrips: number;
   idleConnections: number;
+  /** redis-benchmark -n of the cluster part. */
+  clusterRequests: Record<Pipeline, number>;
   /** Why a peer column is empty, e.g. "haproxy not installed". */
   absent: PerTarget<string>;
 }
@@ -195,19 +237,13 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
   const out: string[] = [];
 
   out.push(`Pass-through: redis-benchmark, ${ctx.clients} clients, requests/s, ${rounds}`);
-  const ptRows: string[][] = [];
-  for (const p of PIPELINES) {
-    for (const test of [...TESTS, 'geomean'] as const) {
-      const v = (name: TargetName): number | undefined => m.passThrough[p][name]?.[test];
-      ptRows.push([
-        `${p.toUpperCase()} ${test}`,
-        ...TARGET_NAMES.map((name) => cell(name, v(name), int)),
-        ratio(v('proxy'), v('direct')),
-        ratio(v('proxy'), v('haproxy')),
-        ratio(v('proxy'), v('nutcracker')),
-      ]);
-    }
-  }
+  const ptRows = perTest(m.passThrough, (label, v) => [
+    label,
+    ...TARGET_NAMES.map((name) => cell(name, v(name), int)),
+    ratio(v('proxy'), v('direct')),
+    ratio(v('proxy'), v('haproxy')),
+    ratio(v('proxy'), v('nutcracker')),
+  ]);
   out.push(table(['load', ...TARGET_NAMES, 'proxy/direct', 'proxy/haproxy', 'proxy/nutcracker'], ptRows));
 
   out.push('');
@@ -226,7 +262,7 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
       ]),
     ),
   );
-  const lockErrors = PIPELINES.flatMap((p) => Object.values(results.lock[p]).flat()).reduce((s, r) => s + r.errors, 0);
+  const lockErrors = errorReplies(results);
   if (lockErrors > 0) out.push(`  WARNING: ${lockErrors} error replies during the lock loads`);
 
   out.push('');
@@ -275,8 +311,71 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
   }
 
   out.push('');
+  out.push(...renderCluster(results.cluster, m.cluster, ctx, rounds));
+
+  out.push('');
   out.push('Targets');
   const width = Math.max(...verdicts.map((v) => v.target.length));
   for (const v of verdicts) out.push(`  ${v.status.padEnd(4)}  ${v.target.padEnd(width)}  ${v.detail}`);
   return out.join('\n');
+}
+
+/** redis-benchmark runs a thread per master with --cluster, and a threaded run checks for the end of a test this often. */
+const CLUSTER_TICK_SECONDS = 0.25;
+
+/**
+ * The cluster table: direct and through the proxy, the ratio, and below it
+ * the routing check, which says whether redis-benchmark's connections really
+ * went through the proxy in the proxy runs (and that the check would have
+ * seen otherwise: in the direct runs they do not).
+ */
+function renderCluster(c: ClusterResults, m: LoadMedians, ctx: ReportContext, rounds: string): string[] {
+  const out = [`Cluster: ${MASTERS} masters + ${MASTERS} replicas on this machine, requests/s, ${rounds}`];
+  if (c.missing?.skipped) return [...out, `  skipped: ${c.missing.reason}`];
+  out.push(
+    `  (redis-benchmark --cluster, ${ctx.clients} clients: direct is seeded with a master, proxy with the --listen port of`,
+    '   the proxy in cluster mode; lock: the lock load, each connection to the master, or the proxy\'s listener for the',
+    `   master, that serves its keys, ${ctx.lockConnections} connections)`,
+  );
+  if (c.missing) out.push(`  FAILED: ${c.missing.reason} (all of it in the bench's log, on stderr)`);
+  const measured = PIPELINES.some((p) => Object.keys(c.passThrough[p]).length + Object.keys(c.lock[p]).length > 0);
+  if (!measured) return out;
+  const figure = (v: number | undefined): string => (v === undefined ? 'n/a' : int(v));
+  const ratio = (v: (name: TargetName) => number | undefined): string => {
+    const r = ratioOf(v('proxy'), v('direct'));
+    return r === undefined ? '-' : r.toFixed(2);
+  };
+  const row = (label: string, v: (name: TargetName) => number | undefined): string[] => [label, figure(v('direct')), figure(v('proxy')), ratio(v)];
+  const rows = [
+    ...perTest(m.passThrough, row),
+    ...PIPELINES.map((p) => row(`lock ${p.toUpperCase()}`, (name) => m.lock[p][name])),
+  ];
+  out.push(table(['load', 'direct', 'proxy', 'proxy/direct'], rows));
+  const lockErrors = errorReplies(c);
+  if (lockErrors > 0) out.push(`  WARNING: ${lockErrors} error replies during the cluster lock loads`);
+  const seconds = PIPELINES.flatMap((p) =>
+    Object.values(c.passThrough[p]).flatMap((runs) => runs.flatMap((r) => TESTS.map((t) => ctx.clusterRequests[p] / r[t]))),
+  );
+  if (seconds.length > 0) {
+    // n / rps: the time redis-benchmark counted, the wait for the tick included.
+    const shortest = Math.min(...seconds);
+    const share = Math.min(100, (100 * CLUSTER_TICK_SECONDS) / shortest);
+    out.push(
+      `  redis-benchmark --cluster sees a test end only on a ${CLUSTER_TICK_SECONDS * 1000} ms tick, so its figures read low: the shortest`,
+      `  test took ${shortest.toFixed(2)} s, up to ${share.toFixed(0)}% of it that wait (more requests make it less: --requests-p1, --requests-p16)`,
+    );
+  }
+
+  const total = (runs: Routing[] | undefined, f: (r: Routing) => number): string => int((runs ?? []).reduce((s, r) => s + f(r), 0));
+  const { proxy, direct } = c.routing;
+  if (proxy === undefined || direct === undefined) return out;
+  out.push(
+    `  Routing over the redis-benchmark runs (INFO total_connections_received of all ${NODES} nodes, against the proxy's /metrics):`,
+    `    through the proxy: ${total(proxy, (r) => r.proxyClients)} client connections to the proxy; the nodes accepted ` +
+      `${total(proxy, (r) => r.atNodes)}, ${total(proxy, bypassing)} of them not opened by the proxy`,
+    `    direct:            the nodes accepted ${total(direct, (r) => r.atNodes)}, ${total(direct, bypassing)} of them not opened by the proxy`,
+  );
+  const bypassed = proxy.reduce((s, r) => s + bypassing(r), 0);
+  if (bypassed > 0) out.push(`  WARNING: ${bypassed} connections reached the nodes around the proxy in the proxy runs: those figures are not the proxy's`);
+  return out;
 }
