@@ -6,6 +6,7 @@
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type StartClusterOptions, type TestCluster } from '../support/cluster.js';
+import { listenerOf } from '../support/cluster-checks.js';
 import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
@@ -22,12 +23,6 @@ function clusterFixture(options: StartClusterOptions, announceHost?: string) {
     await fixture.cluster?.stop();
   });
   return fixture;
-}
-
-function listenerOf(proxy: ClusterTestProxy, realPort: number): number {
-  const node = proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${realPort}`);
-  if (node === undefined) throw new Error(`no listener for 127.0.0.1:${realPort}`);
-  return node.listenPort;
 }
 
 /** The first master, a key it does not own, and the master that owns it. */

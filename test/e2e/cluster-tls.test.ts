@@ -3,12 +3,12 @@
  * password: the proxy dials every node's TLS port trusting the test CA and
  * sends AUTH from the seed URL, while its clients use plain TCP and no password.
  */
-import { Cluster, type Redis } from 'ioredis';
+import { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
+import { expectLockFixedOnEveryMaster, expectNoDirectConnection, keyOn, listenerOf, socketsOf } from '../support/cluster-checks.js';
 import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
-import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 import { makeCertificates, type TestCertificates } from '../support/tls.js';
 
 const PASSWORD = 'secret';
@@ -36,24 +36,9 @@ afterAll(async () => {
 });
 
 /** The proxy listener in front of a node's TLS port. */
-function proxyPortOf(node: ClusterNode): number {
-  const listener = proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${node.port}`);
-  if (listener === undefined) throw new Error(`no listener for node 127.0.0.1:${node.port}`);
-  return listener.listenPort;
-}
+const proxyPortOf = (node: ClusterNode): number => listenerOf(proxy, node.port);
 
 const listenerPorts = () => new Set(proxy.cluster.nodes().map((n) => n.listenPort));
-
-/** The first key `make(n)` that `master` serves, by the slot ranges of CLUSTER SLOTS (hashed locally). */
-async function keyOn(master: ClusterNode, make: (n: number) => Buffer | string): Promise<Buffer | string> {
-  const ranges = (await cluster.command(master, 'CLUSTER', 'SLOTS')) as Array<[number, number, [string, number]]>;
-  const own = ranges.filter(([, , [, port]]) => port === master.port);
-  for (let n = 0; n < 10_000; n++) {
-    const slot = cluster.slotOf(make(n));
-    if (own.some(([start, end]) => start <= slot && slot <= end)) return make(n);
-  }
-  throw new Error(`no key found for node ${master.port}`);
-}
 
 describe('cluster mode over TLS with a password', () => {
   it('listens for every node, by its TLS port', () => {
@@ -93,33 +78,19 @@ describe('cluster mode over TLS with a password', () => {
       expect(held.every((count) => count > 0), `keys per master: ${held.join(', ')}`).toBe(true);
       expect(held.reduce((a, b) => a + b)).toBe(300);
 
-      const sockets = client.nodes('all');
-      for (const port of sockets.map((n) => Number(n.options.port))) {
-        expect(listenerPorts().has(port) || port === proxy.port, `client connected to ${port}`).toBe(true);
-      }
-      const local = new Set(sockets.map((n) => (n as Redis & { stream?: { localPort?: number } }).stream?.localPort));
-      const direct = (await Promise.all(cluster.nodes.map((n) => cluster.clientList(n)))).flat().filter((c) => local.has(Number(c.addr.split(':').pop())));
-      expect(direct, 'connections from the client straight to a node').toEqual([]);
+      const { local, remote } = socketsOf(client);
+      for (const port of remote) expect(listenerPorts().has(port) || port === proxy.port, `client connected to ${port}`).toBe(true);
+      await expectNoDirectConnection(cluster, local);
     } finally {
       client.disconnect();
     }
   });
 
-  it("fixes Stalwart's block on a key of every master", async () => {
-    for (const master of await cluster.masters()) {
-      const key = (await keyOn(master, (n) => taskLockKey(BigInt(1000 + n)))) as Buffer;
-      const port = proxyPortOf(master);
-      expect(await exchange(port, lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
-      await cluster.command(master, 'PEXPIRE', key, 5000);
-      expect(await exchange(port, lockAttempt(key, 60), 4)).toBe(attemptReplies(2, 0));
-      // The second attempt did not push the lease forward.
-      expect(Number(await cluster.command(master, 'PTTL', key))).toBeLessThanOrEqual(5000);
-    }
-  });
+  it("fixes Stalwart's block on a key of every master", () => expectLockFixedOnEveryMaster(cluster, proxy));
 
   it('rewrites -MOVED to the listener of the node that owns the slot', async () => {
     const [first, second] = await cluster.masters();
-    const key = (await keyOn(second, (n) => `k${n}`)) as string;
+    const key = await keyOn(cluster, second, (n) => `k${n}`);
     const slot = cluster.slotOf(key);
     // The node itself names the other node's TLS port...
     await expect(cluster.command(first, 'GET', key)).rejects.toThrow(`MOVED ${slot} 127.0.0.1:${second.port}`);

@@ -3,9 +3,10 @@
  * clients learn only the proxy's addresses, lock blocks are fixed on every
  * master, and redirects, slot migration and failover work through the proxy.
  */
-import { Cluster, type ClusterOptions, type Redis } from 'ioredis';
+import { Cluster, type ClusterOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
+import { expectLockFixedOnEveryMaster, expectNoDirectConnection, keyOn, listenerOf, socketsOf } from '../support/cluster-checks.js';
 import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
 import { freePortRange, startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
@@ -26,11 +27,7 @@ afterAll(async () => {
 });
 
 /** The proxy listener in front of a real node port. */
-function proxyPortOf(realPort: number): number {
-  const node = proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${realPort}`);
-  if (node === undefined) throw new Error(`no listener for node 127.0.0.1:${realPort}`);
-  return node.listenPort;
-}
+const proxyPortOf = (realPort: number): number => listenerOf(proxy, realPort);
 
 function realPorts(): Set<number> {
   return new Set(cluster.nodes.map((n) => n.port));
@@ -38,15 +35,6 @@ function realPorts(): Set<number> {
 
 function listenerPorts(): Set<number> {
   return new Set(proxy.cluster.nodes().map((n) => n.listenPort));
-}
-
-/** A key of `prefix` + n whose slot the given master owns. */
-async function keyOn(master: ClusterNode, make: (n: number) => Buffer | string): Promise<Buffer | string> {
-  for (let n = 0; n < 10_000; n++) {
-    const key = make(n);
-    if ((await cluster.nodeFor(key)).port === master.port) return key;
-  }
-  throw new Error(`no key found for node ${master.port}`);
 }
 
 /** A redirect as Redis sends it from a real node, with the real port replaced by its proxy listener. */
@@ -65,26 +53,6 @@ async function newClusterClient(options: ClusterOptions = {}): Promise<Cluster> 
     client.once('error', reject);
   });
   return client;
-}
-
-/** Local ports of the sockets a cluster client opened, and the ports it connected to. */
-function socketsOf(client: Cluster): { local: Set<number>; remote: Set<number> } {
-  const local = new Set<number>();
-  const remote = new Set<number>();
-  for (const node of client.nodes('all')) {
-    const stream = (node as Redis & { stream?: { localPort?: number } }).stream;
-    if (stream?.localPort !== undefined) local.add(stream.localPort);
-    remote.add(Number(node.options.port));
-  }
-  return { local, remote };
-}
-
-/** Asserts that no node has a client connection coming from one of `localPorts`. */
-async function expectNoDirectConnection(localPorts: Set<number>): Promise<void> {
-  for (const node of cluster.nodes) {
-    const direct = (await cluster.clientList(node)).filter((c) => localPorts.has(Number(c.addr.split(':').pop())));
-    expect(direct, `connections from the client straight to node ${node.port}`).toEqual([]);
-  }
 }
 
 /**
@@ -143,7 +111,7 @@ describe('cluster mode: what clients learn', () => {
 
   it('rewrites -MOVED to the listener of the node that owns the slot', async () => {
     const [first, second] = await cluster.masters();
-    const key = await keyOn(second, (n) => `k${n}`);
+    const key = await keyOn(cluster, second, (n) => `k${n}`);
     const direct = await exchange(first.port, cmd('GET', key), 1);
     expect(direct).toMatch(/^-MOVED \d+ 127\.0\.0\.1:\d+\r\n$/);
     expect(await exchange(proxyPortOf(first.port), cmd('GET', key), 1)).toBe(viaProxy(direct));
@@ -172,8 +140,8 @@ describe('cluster mode: what clients learn', () => {
 
   it('rewrites redirects that arrive split across reads, among other replies', async () => {
     const [first, second] = await cluster.masters();
-    const here = await keyOn(first, (n) => `small:${n}`);
-    const there = await keyOn(second, (n) => `k${n}`);
+    const here = await keyOn(cluster, first, (n) => `small:${n}`);
+    const there = await keyOn(cluster, second, (n) => `k${n}`);
     await cluster.command(first, 'SET', here, 'v'.repeat(21));
     // About half the bytes are -MOVED lines, so most of the reads the proxy makes end inside one.
     const pipeline = Buffer.concat(Array.from({ length: 40_000 }, (_, i) => cmd('GET', i % 3 === 0 ? here : there)));
@@ -191,7 +159,7 @@ describe('cluster mode: what clients learn', () => {
 
       const { local, remote } = socketsOf(client);
       for (const port of remote) expect(listenerPorts().has(port) || port === proxy.port, `client connected to ${port}`).toBe(true);
-      await expectNoDirectConnection(local);
+      await expectNoDirectConnection(cluster, local);
       // The proxy did connect to every master on the client's behalf.
       for (const master of await cluster.masters()) {
         expect((await cluster.clientList(master)).filter((c) => c.flags === 'N').length).toBeGreaterThan(0);
@@ -209,7 +177,7 @@ describe('cluster mode: what clients learn', () => {
       for (let i = 0; i < 20; i++) expect(await client.get('scaled-read')).toBe('v');
       const readonly = (await Promise.all((await cluster.replicas()).map((r) => cluster.clientList(r)))).flat().filter((c) => c.flags.includes('r'));
       expect(readonly.length).toBeGreaterThan(0);
-      await expectNoDirectConnection(socketsOf(client).local);
+      await expectNoDirectConnection(cluster, socketsOf(client).local);
     } finally {
       client.disconnect();
     }
@@ -217,21 +185,11 @@ describe('cluster mode: what clients learn', () => {
 });
 
 describe('cluster mode: lock blocks', () => {
-  it("fixes Stalwart's block on a key of every master", async () => {
-    for (const master of await cluster.masters()) {
-      const key = (await keyOn(master, (n) => taskLockKey(BigInt(1000 + n)))) as Buffer;
-      const port = proxyPortOf(master.port);
-      expect(await exchange(port, lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
-      await cluster.command(master, 'PEXPIRE', key, 5000);
-      expect(await exchange(port, lockAttempt(key, 60), 4)).toBe(attemptReplies(2, 0));
-      // The loser did not push the lease forward.
-      expect(Number(await cluster.command(master, 'PTTL', key))).toBeLessThanOrEqual(5000);
-    }
-  });
+  it("fixes Stalwart's block on a key of every master", () => expectLockFixedOnEveryMaster(cluster, proxy));
 
   it('answers a block sent to the wrong node exactly as Redis does, addresses rewritten', async () => {
     const [owner, other] = await cluster.masters();
-    const key = (await keyOn(owner, (n) => taskLockKey(BigInt(5000 + n)))) as Buffer;
+    const key = await keyOn(cluster, owner, (n) => taskLockKey(BigInt(5000 + n)));
     const direct = await exchange(other.port, lockAttempt(key, 60), 4);
     expect(direct).toMatch(/^\+OK\r\n-MOVED \d+ 127\.0\.0\.1:\d+\r\n-MOVED .*\r\n-EXECABORT Transaction discarded because of previous errors\.\r\n$/);
     expect(await exchange(proxyPortOf(other.port), lockAttempt(key, 60), 4)).toBe(viaProxy(direct));
@@ -242,8 +200,8 @@ describe('cluster mode: lock blocks', () => {
     const pipelined = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, lockPipelining: true });
     try {
       const [owner, other] = await cluster.masters();
-      const good = (await keyOn(other, (n) => taskLockKey(BigInt(7000 + n)))) as Buffer;
-      const wrong = (await keyOn(owner, (n) => taskLockKey(BigInt(8000 + n)))) as Buffer;
+      const good = await keyOn(cluster, other, (n) => taskLockKey(BigInt(7000 + n)));
+      const wrong = await keyOn(cluster, owner, (n) => taskLockKey(BigInt(8000 + n)));
       const direct = await exchange(other.port, lockAttempt(wrong, 60), 4);
       const client = await RawClient.connect(pipelined.cluster.nodes().find((n) => n.address === `127.0.0.1:${other.port}`)?.listenPort as number);
       client.write(lockAttempt(good, 60));
@@ -264,7 +222,7 @@ describe('cluster mode: lock blocks', () => {
 describe('cluster mode: slot migration', () => {
   it('gives -ASK and -MOVED through proxy addresses, and a block after ASKING runs on the importing node', async () => {
     const [source, target] = await cluster.masters();
-    const key = (await keyOn(source, (n) => `lock:{mig-a}${n}`)) as string;
+    const key = await keyOn(cluster, source, (n) => `lock:{mig-a}${n}`);
     const existing = `lock:{mig-a}present`;
     const slot = cluster.slotOf(key);
     await cluster.command(source, 'SET', existing, '1');
@@ -337,7 +295,7 @@ describe('cluster mode: slot migration', () => {
       expect(expiriesApplied).toBe(1);
       expect(await cluster.command(source, 'CLUSTER', 'COUNTKEYSINSLOT', slot)).toBe(0);
       expect(proxy.stats.redirectsRewritten).toBeGreaterThan(0);
-      await expectNoDirectConnection(socketsOf(client).local);
+      await expectNoDirectConnection(cluster, socketsOf(client).local);
     } finally {
       client.disconnect();
     }
@@ -372,7 +330,7 @@ describe('cluster mode: the command line', () => {
       expect(ready.clusterNodes).toContain(`127.0.0.1:${mappedNode.port} (${(await cluster.masters()).includes(mappedNode) ? 'master' : 'replica'}) on ${mapped}`);
 
       const master = (await cluster.masters())[2];
-      const key = (await keyOn(master, (n) => taskLockKey(BigInt(20_000 + n)))) as Buffer;
+      const key = await keyOn(cluster, master, (n) => taskLockKey(BigInt(20_000 + n)));
       const listener = (ready.clusterNodes as string[]).find((line) => line.startsWith(`127.0.0.1:${master.port} `))?.split(' on ')[1];
       expect(await exchange(Number(listener), lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
 
@@ -408,7 +366,7 @@ describe('cluster mode: topology changes', () => {
     const client = await newClusterClient();
     try {
       const master = (await cluster.masters())[0];
-      const key = (await keyOn(master, (n) => taskLockKey(BigInt(9000 + n)))) as Buffer;
+      const key = await keyOn(cluster, master, (n) => taskLockKey(BigInt(9000 + n)));
       await client.set('before-failover', '1');
       const replica = (await cluster.replicas())[0];
       await cluster.failover(replica);
@@ -422,7 +380,7 @@ describe('cluster mode: topology changes', () => {
 
       for (let i = 0; i < 100; i++) await client.set(`after-failover:${i}`, String(i));
       expect(await client.get('before-failover')).toBe('1');
-      await expectNoDirectConnection(socketsOf(client).local);
+      await expectNoDirectConnection(cluster, socketsOf(client).local);
       await expect.poll(() => proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${replica.port}`)?.role, { timeout: 5000 }).toBe('master');
     } finally {
       client.disconnect();

@@ -109,6 +109,11 @@ export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy>
     { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
     setup.contextFor(new UpstreamConnector(parseUpstreamUrl(opts.upstream), opts.upstreamTls ?? null), opts),
   );
+  return testProxy(setup, server, () => server.close());
+}
+
+/** What a test sees of a started proxy; `closeServers` stops its listeners. */
+function testProxy(setup: ReturnType<typeof testSetup>, server: ProxyServer, closeServers: () => Promise<unknown>): TestProxy {
   return {
     port: server.address.port,
     stats: setup.stats,
@@ -117,7 +122,7 @@ export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy>
     ruleFiles: setup.files,
     logs: setup.logs,
     close: async () => {
-      await server.close();
+      await closeServers();
       setup.cleanUp();
     },
   };
@@ -161,20 +166,7 @@ export async function startClusterTestProxy(opts: TestProxyOptions & { refreshMs
     { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
     setup.contextFor(new UpstreamConnector(seeds[0], opts.upstreamTls ?? null, cluster), opts, cluster),
   );
-  return {
-    port: server.address.port,
-    basePort,
-    cluster,
-    stats: setup.stats,
-    server,
-    rules: setup.rules,
-    ruleFiles: setup.files,
-    logs: setup.logs,
-    close: async () => {
-      await Promise.all([server.close(), cluster.close()]);
-      setup.cleanUp();
-    },
-  };
+  return { ...testProxy(setup, server, () => Promise.all([server.close(), cluster.close()])), basePort, cluster };
 }
 
 /** The first of `count` consecutive TCP ports that were free a moment ago. */
