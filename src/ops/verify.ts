@@ -266,10 +266,12 @@ async function verifyAll(
       return { kind: 'failed', message: `cannot connect to ${options.viaText}: ${reason}` };
     }
     verbose(`connected to ${options.viaText}`);
+    const slots = await servedSlots(redis);
+    if (slots !== null) verbose(`cluster node serving ${slots.length} slot range(s)`);
     for (const rule of enforce) {
       progress.step = `verifying rule ${rule.name}`;
       try {
-        await verifyRule(redis, rules, rule, verbose);
+        await verifyRule(redis, rules, rule, slots, verbose);
       } catch (error) {
         if (signal.aborted) throw error;
         let message = error instanceof RuleFailure ? error.message : withAuthHint(describeError(error));
@@ -294,9 +296,10 @@ async function verifyRule(
   redis: Redis,
   rules: RuleSet,
   rule: Rule,
+  slots: SlotRanges | null,
   verbose: (line: string) => void,
 ): Promise<void> {
-  const key = await unusedScratchKey(redis, rules, rule);
+  const key = await unusedScratchKey(redis, rules, rule, slots);
   const shown = describeKey(key);
   verbose(`rule ${rule.name}: scratch key ${shown}`);
   try {
@@ -366,9 +369,34 @@ function replyValue(value: unknown): number | string {
 // Scratch keys
 // ---------------------------------------------------------------------------------------------
 
-/** A scratch key for `rule` that does not exist yet. */
-async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule): Promise<Buffer> {
-  for (let round = 0; round < KEY_ROUNDS; round++) {
+/** Slot ranges, [start, end] each. */
+type SlotRanges = ReadonlyArray<readonly [number, number]>;
+
+/**
+ * In a Redis Cluster (the proxy in cluster mode), the slots the node behind
+ * this connection serves, so that scratch keys are ones it does not redirect;
+ * null outside a cluster.
+ */
+async function servedSlots(redis: Redis): Promise<SlotRanges | null> {
+  let id: string;
+  try {
+    id = String(await redis.call('CLUSTER', 'MYID'));
+  } catch {
+    return null; // "cluster support disabled", or CLUSTER not allowed: a key anywhere will do
+  }
+  const ranges = (await redis.call('CLUSTER', 'SLOTS')) as Array<[number, number, [unknown, unknown, unknown]]>;
+  return ranges.filter(([, , master]) => String(master[2]) === id).map(([start, end]) => [Number(start), Number(end)] as const);
+}
+
+/** Scratch keys tried for one whose slot the node serves (a third of them, with three masters). */
+const CLUSTER_KEY_CANDIDATES = 200;
+
+/** A scratch key for `rule` that does not exist yet (and, in a cluster, that the node serves). */
+async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule, slots: SlotRanges | null): Promise<Buffer> {
+  if (slots !== null && slots.length === 0) {
+    throw new RuleFailure(rule.name, 'the cluster node behind this address serves no slots (a replica?): verify through the seed listener or a master\'s');
+  }
+  for (let round = 0; round < (slots === null ? KEY_ROUNDS : CLUSTER_KEY_CANDIDATES); round++) {
     const key = scratchKeyFor(rules, rule);
     if (key === undefined) {
       throw new RuleFailure(
@@ -378,9 +406,13 @@ async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule): Promi
           ' (or an earlier rule takes it)',
       );
     }
+    if (slots !== null) {
+      const slot = Number(await redis.call('CLUSTER', 'KEYSLOT', key));
+      if (!slots.some(([start, end]) => start <= slot && slot <= end)) continue;
+    }
     if ((await redis.exists(key)) === 0) return key;
   }
-  throw new RuleFailure(rule.name, 'cannot build a scratch key: every candidate key already exists');
+  throw new RuleFailure(rule.name, 'cannot build a scratch key: every candidate key already exists (or, in a cluster, is served elsewhere)');
 }
 
 /**

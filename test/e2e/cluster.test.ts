@@ -334,6 +334,17 @@ describe('cluster mode: the command line', () => {
       const listener = (ready.clusterNodes as string[]).find((line) => line.startsWith(`127.0.0.1:${master.port} `))?.split(' on ')[1];
       expect(await exchange(Number(listener), lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
 
+      // verify finds scratch keys the node behind the address serves: through the seed, every time.
+      for (let i = 0; i < 3; i++) {
+        const verified = await runCli(['verify', '--via', `127.0.0.1:${listen}`]);
+        expect(verified.stdout, verified.stderr).toMatch(/^verify: OK/);
+      }
+      const replica = (await cluster.replicas())[0];
+      const replicaListener = (ready.clusterNodes as string[]).find((line) => line.startsWith(`127.0.0.1:${replica.port} `))?.split(' on ')[1];
+      const refused = await runCli(['verify', '--via', `127.0.0.1:${replicaListener}`]);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain('serves no slots (a replica?)');
+
       const metrics = await (await fetch(`http://127.0.0.1:${admin}/metrics`)).text();
       expect(metrics).toContain('redis_lock_proxy_cluster_nodes{role="master",listening="true"} 3');
       expect((await fetch(`http://127.0.0.1:${admin}/readyz`)).status).toBe(200);
