@@ -33,6 +33,7 @@ import { describeKey, type Logger } from './log.js';
 import type { Stats } from './stats.js';
 import type { UpstreamConnector } from './upstream/connect.js';
 import { setupCommands } from './upstream/target.js';
+import { RedirectLines } from './cluster/redirect-lines.js';
 import {
   rewriteExecReply,
   rewriteRedirect,
@@ -157,10 +158,8 @@ export class Session {
   private replyPipe = false;
   /** Cluster mode: replies are scanned for -MOVED/-ASK even when no longer counted. */
   private redirectScan = false;
-  /** The start of an error line that could be a redirect, held until its end arrives. */
-  private errorHead: Buffer[] = [];
-  /** The error line in progress was already passed on (it cannot be a redirect). */
-  private errorPassed = false;
+  /** Cluster mode: -MOVED/-ASK lines rewritten on their way to the client. */
+  private readonly redirects: RedirectLines | null = null;
   private announceCache: Announce | undefined;
   private readonly fallbackReasonsLogged = new Set<string>();
   /** Writes made while one chunk is processed leave together (see WriteBatch). */
@@ -187,8 +186,18 @@ export class Session {
     if (ctx.rules().rules.length === 0 && !ctx.cluster) this.mode = Mode.Pipe;
     this.replyPipe = this.mode === Mode.Pipe;
     if (ctx.cluster) {
+      const nodes = ctx.cluster.nodes;
       this.replies.trackErrors = true;
       this.redirectScan = true;
+      this.redirects = new RedirectLines(
+        this.replies,
+        (bytes) => this.writeClient(bytes),
+        (line) => {
+          const rewritten = rewriteRedirect(line, nodes, this.announce());
+          if (rewritten !== null) ctx.stats.redirectsRewritten++;
+          return rewritten;
+        },
+      );
     }
 
     this.connectStarted = performance.now();
@@ -277,8 +286,7 @@ export class Session {
 
   /** Redis closed its side: everything it sent has been passed on; then the client side closes. */
   private onUpstreamEnd(): void {
-    // The start of an error line held back to be rewritten whole: Redis sent it, so it is passed on.
-    if (this.errorHead.length > 0) this.writeClient(joined(this.errorHead.splice(0)));
+    this.redirects?.flush();
     if (this.closingError !== null) this.client.write(this.closingError);
     this.endClient();
   }
@@ -905,7 +913,7 @@ export class Session {
           this.redirectScan = false;
           break;
         }
-        if (scanner.errorEnded) from = this.onErrorLine(chunk, from, pos);
+        if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
         continue;
       }
       if (this.captures.length === 0 || this.outstanding > 0) {
@@ -913,7 +921,7 @@ export class Session {
         pos = scanner.scan(chunk, pos, limit);
         if (scanner.error !== '') return this.replyDesync(chunk, from, scanner.error);
         this.outstanding -= scanner.replies;
-        if (scanner.errorEnded) from = this.onErrorLine(chunk, from, pos);
+        if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
         if (this.outstanding < 0) this.unexpectedReplies(chunk, from);
         continue;
       }
@@ -936,56 +944,8 @@ export class Session {
       }
     }
     if (from >= chunk.length) return;
-    if (scanner.inErrorLine && this.holdErrorHead(chunk, from)) return;
+    if (scanner.inErrorLine && this.redirects?.holdAtChunkEnd(chunk, from)) return;
     this.writeClient(from === 0 ? chunk : chunk.subarray(from));
-  }
-
-  /**
-   * An error line ended at `pos` (cluster mode). A -MOVED or -ASK is passed on
-   * with the proxy's address for the node; any other error as it is. Returns
-   * the new `from`.
-   */
-  private onErrorLine(chunk: Buffer, from: number, pos: number): number {
-    const start = this.replies.errorStart;
-    const head = this.errorHead;
-    this.errorHead = [];
-    if (this.errorPassed) {
-      this.errorPassed = false;
-      return from;
-    }
-    const line = start >= 0 ? chunk.subarray(start, pos) : Buffer.concat([...head, chunk.subarray(0, pos)]);
-    const cluster = this.ctx.cluster as ClusterReplies;
-    const rewritten = rewriteRedirect(line, cluster.nodes, this.announce());
-    if (rewritten === null) {
-      if (start < 0) this.writeClient(joined(head));
-      return from;
-    }
-    this.ctx.stats.redirectsRewritten++;
-    if (start >= 0) this.writeClient(chunk.subarray(from, start));
-    this.writeClient(rewritten);
-    return pos;
-  }
-
-  /**
-   * The chunk ends inside an error line that may be a redirect: its start is
-   * kept until the rest arrives. Returns false when the line cannot be one
-   * (then it is passed on now, and not looked at again).
-   */
-  private holdErrorHead(chunk: Buffer, from: number): boolean {
-    if (this.errorPassed || this.ctx.cluster == null) return false;
-    const start = this.replies.errorStart;
-    if (start < 0 && this.errorHead.length === 0) return false; // began inside a reply taken aside
-    const begin = start >= 0 ? Math.max(start, from) : from;
-    const held = this.errorHead.reduce((sum, part) => sum + part.length, 0) + chunk.length - begin;
-    if (held > MAX_REDIRECT_LINE || !couldBeRedirect([...this.errorHead, chunk.subarray(begin)])) {
-      this.errorPassed = true;
-      if (this.errorHead.length > 0) this.writeClient(joined(this.errorHead));
-      this.errorHead = [];
-      return false;
-    }
-    this.writeClient(chunk.subarray(from, begin));
-    this.errorHead.push(chunk.subarray(begin));
-    return true;
   }
 
   /** More replies than requests: something the proxy did not account for. It stops interpreting. */
@@ -1019,18 +979,6 @@ export class Session {
 /** Whether Redis queues `cmd` inside MULTI (the transaction's own commands run at once). */
 function queuedInMulti(cmd: Cmd): boolean {
   return cmd !== Cmd.Multi && cmd !== Cmd.Exec && cmd !== Cmd.Discard && cmd !== Cmd.Watch && cmd !== Cmd.Reset && cmd !== Cmd.Empty;
-}
-
-/** Longest -MOVED/-ASK line the proxy waits for across chunks (they are about 40 bytes). */
-const MAX_REDIRECT_LINE = 512;
-const MOVED_PREFIX = Buffer.from('-MOVED ');
-const ASK_PREFIX = Buffer.from('-ASK ');
-
-/** Whether the bytes an error line began with could still be `-MOVED ` or `-ASK `. */
-function couldBeRedirect(parts: Buffer[]): boolean {
-  const head = Buffer.concat(parts).subarray(0, MOVED_PREFIX.length);
-  const prefixOf = (word: Buffer): boolean => head.subarray(0, word.length).equals(word.subarray(0, Math.min(head.length, word.length)));
-  return prefixOf(MOVED_PREFIX) || prefixOf(ASK_PREFIX);
 }
 
 /** One buffer for several (held bytes are small), so that they go out in one write. */
