@@ -266,12 +266,12 @@ async function verifyAll(
       return { kind: 'failed', message: `cannot connect to ${options.viaText}: ${reason}` };
     }
     verbose(`connected to ${options.viaText}`);
-    const slots = await servedSlots(redis);
-    if (slots !== null) verbose(`cluster node serving ${slots.length} slot range(s)`);
+    let slots: Promise<SlotRanges | null> | undefined;
     for (const rule of enforce) {
       progress.step = `verifying rule ${rule.name}`;
       try {
-        await verifyRule(redis, rules, rule, slots, verbose);
+        slots ??= servedSlots(redis, verbose);
+        await verifyRule(redis, rules, rule, await slots, verbose);
       } catch (error) {
         if (signal.aborted) throw error;
         let message = error instanceof RuleFailure ? error.message : withAuthHint(describeError(error));
@@ -377,15 +377,20 @@ type SlotRanges = ReadonlyArray<readonly [number, number]>;
  * this connection serves, so that scratch keys are ones it does not redirect;
  * null outside a cluster.
  */
-async function servedSlots(redis: Redis): Promise<SlotRanges | null> {
+async function servedSlots(redis: Redis, verbose: (line: string) => void): Promise<SlotRanges | null> {
   let id: string;
   try {
     id = String(await redis.call('CLUSTER', 'MYID'));
-  } catch {
-    return null; // "cluster support disabled", or CLUSTER not allowed: a key anywhere will do
+  } catch (error) {
+    // Not a cluster ("cluster support disabled"), or CLUSTER not allowed: a key anywhere will do.
+    // The proxy's own errors (its upstream unreachable, say) and lost connections are failures.
+    if (isReplyError(error) && !/^ERR redis-lock-proxy:/.test((error as Error).message)) return null;
+    throw error;
   }
   const ranges = (await redis.call('CLUSTER', 'SLOTS')) as Array<[number, number, [unknown, unknown, unknown]]>;
-  return ranges.filter(([, , master]) => String(master[2]) === id).map(([start, end]) => [Number(start), Number(end)] as const);
+  const served = ranges.filter(([, , master]) => String(master[2]) === id).map(([start, end]) => [Number(start), Number(end)] as const);
+  verbose(`cluster node ${id} serves ${served.length} slot range(s)`);
+  return served;
 }
 
 /** Scratch keys tried for one whose slot the node serves (a third of them, with three masters). */
