@@ -74,10 +74,14 @@ export async function fetchTopology(
     } catch (err) {
       const message = (err as Error).message;
       if (/cluster support disabled/i.test(message)) throw new TopologyError('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis');
-      if (!/unknown subcommand|unknown command/i.test(message)) throw new TopologyError(`CLUSTER SHARDS failed: ${message}`);
+      // Redis before 7.0 has no SHARDS, and an ACL may allow NODES but not SHARDS: NODES then.
+      if (!/unknown subcommand|unknown command|^NOPERM/i.test(message)) throw new TopologyError(`CLUSTER SHARDS failed: ${message}`);
     }
-    // Redis before 7.0.
-    return parseNodes(String(await redis.call('CLUSTER', 'NODES')), host);
+    try {
+      return parseNodes(String(await redis.call('CLUSTER', 'NODES')), host);
+    } catch (err) {
+      throw new TopologyError(`CLUSTER NODES failed: ${(err as Error).message}`);
+    }
   } finally {
     redis.disconnect();
   }

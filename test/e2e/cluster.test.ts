@@ -169,6 +169,22 @@ describe('cluster mode: what clients learn', () => {
     }
   });
 
+  it('finds the nodes with CLUSTER NODES where CLUSTER SHARDS is unavailable (Redis before 7.0, or an ACL)', async () => {
+    const everyNode = (...args: string[]) => Promise.all(cluster.nodes.map((n) => cluster.command(n, 'ACL', ...args)));
+    await everyNode('SETUSER', 'no-shards', 'on', '>pw', '~*', '&*', '+@all', '-cluster|shards');
+    const limited = await startClusterTestProxy({ upstream: `redis://no-shards:pw@127.0.0.1:${cluster.nodes[0].port}` });
+    try {
+      expect(limited.cluster.nodes().map((n) => n.address).sort()).toEqual(proxy.cluster.nodes().map((n) => n.address).sort());
+      expect(limited.cluster.nodes().filter((n) => n.role === 'master')).toHaveLength(3);
+      expect(await exchange(limited.port, cmd('CLUSTER', 'SHARDS'), 1)).toMatch(/^-NOPERM/);
+      const slots = await exchange(limited.port, cmd('CLUSTER', 'SLOTS'), 1);
+      for (const node of limited.cluster.nodes()) expect(slots).toContain(`:${node.listenPort}\r\n`);
+    } finally {
+      await limited.close();
+      await everyNode('DELUSER', 'no-shards');
+    }
+  });
+
   it('passes READONLY through: reads scaled to replicas go to them via their listeners', async () => {
     const client = await newClusterClient({ scaleReads: 'slave' });
     try {
