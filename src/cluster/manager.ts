@@ -58,6 +58,8 @@ interface NodeListener {
   info: ClusterNodeInfo | null;
   server: ProxyServer | null;
   starting: boolean;
+  /** Why the last attempt to listen failed, if it did. */
+  bindError: string | null;
   /** Refreshes in a row that did not list this node. */
   missing: number;
 }
@@ -108,6 +110,14 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     const sorted = [...nodes].sort((a, b) => (a.host === b.host ? a.port - b.port : a.host < b.host ? -1 : 1));
     manager.apply(sorted);
     await manager.listening();
+    // Replies name these ports: one that is not the proxy's (another program has it) would send
+    // clients elsewhere. At start-up that is a configuration error.
+    const unbound = [...manager.byAddress.values()].filter((node) => node.server === null);
+    if (unbound.length > 0) {
+      await manager.close();
+      const which = unbound.map((node) => `${options.listenHost}:${node.listenPort} for node ${node.address} (${node.bindError})`);
+      throw new TopologyError(`cluster: cannot listen on ${which.join(', ')}; choose free ports with --cluster-base-port or --cluster-port-map`);
+    }
     manager.refreshTimer = setInterval(() => void manager.refresh('interval'), options.refreshMs);
     manager.refreshTimer.unref();
     return manager;
@@ -249,7 +259,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       this.options.log.error({ node: address }, 'cluster: no free listener port left above --cluster-base-port');
       return null;
     }
-    const listener: NodeListener = { address, host, port, listenPort, info: null, server: null, starting: false, missing: 0 };
+    const listener: NodeListener = { address, host, port, listenPort, info: null, server: null, starting: false, bindError: null, missing: 0 };
     this.byAddress.set(address, listener);
     if (info !== null) this.describeNode(listener, info);
     this.listen(listener);
@@ -299,10 +309,12 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     startProxy({ listen: { host: o.listenHost, port: listener.listenPort }, tls: o.listenerTls, maxConnections: o.maxConnections }, o.contextFor(connector, this))
       .then((server) => {
         listener.server = server;
+        listener.bindError = null;
         if (this.closed || !this.byAddress.has(listener.address)) void server.close();
         else o.log.info({ node: listener.address, listen: `${o.listenHost}:${listener.listenPort}`, role: listener.info?.role }, 'cluster: listening for node');
       })
       .catch((err: Error) => {
+        listener.bindError = err.message;
         o.log.error({ node: listener.address, listen: `${o.listenHost}:${listener.listenPort}`, err: err.message }, 'cluster: cannot listen for node (retried at the next refresh)');
       })
       .finally(() => (listener.starting = false));

@@ -3,6 +3,8 @@
  * clients learn only the proxy's addresses, lock blocks are fixed on every
  * master, and redirects, slot migration and failover work through the proxy.
  */
+import { once } from 'node:events';
+import net from 'node:net';
 import { Cluster, type ClusterOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
@@ -384,6 +386,19 @@ describe('cluster mode: the command line', () => {
       expect(exit.stderr).toContain('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis');
     } finally {
       await standalone.stop();
+    }
+  });
+
+  it('refuses to start when a node listener port is taken: replies would send clients to another program', async () => {
+    const base = await freePortRange(8);
+    const squatter = net.createServer().listen(base + 2, '127.0.0.1');
+    await once(squatter, 'listening');
+    try {
+      const exit = await runCli(['--cluster', '--upstream', `redis://127.0.0.1:${cluster.nodes[0].port}`, '--listen', `127.0.0.1:${await freePort()}`, '--cluster-base-port', String(base)]);
+      expect(exit.code).toBe(1);
+      expect(exit.stderr).toMatch(new RegExp(`cluster: cannot listen on 127\\.0\\.0\\.1:${base + 2} for node 127\\.0\\.0\\.1:\\d+ \\(listen EADDRINUSE.*\\); choose free ports with --cluster-base-port or --cluster-port-map`));
+    } finally {
+      squatter.close();
     }
   });
 });
