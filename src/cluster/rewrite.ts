@@ -91,7 +91,7 @@ const REDIRECT = /^-(MOVED|ASK) (\d+) (.*)$/;
  * (CRLF included); returns null for any other error.
  */
 export function rewriteRedirect(line: Buffer, nodes: NodeDirectory, announce: Announce): Buffer | null {
-  if (line.length < 6 || line[1] !== 0x4d /* M */ && line[1] !== 0x41 /* A */) return null;
+  if (line.length < 6 || (line[1] !== 0x4d && line[1] !== 0x41)) return null; // neither -M(OVED) nor -A(SK)
   const match = REDIRECT.exec(line.toString('latin1', 0, line.length - 2));
   if (match === null) return null;
   const address = splitAddress(match[3]);
@@ -111,15 +111,20 @@ export function rewriteRedirect(line: Buffer, nodes: NodeDirectory, announce: An
  * returned unchanged.
  */
 export function rewriteTopologyReply(kind: TopologyReply | null, reply: Buffer, nodes: NodeDirectory, announce: Announce): Buffer {
-  let value: RespValue;
-  try {
-    value = decodeReply(reply).value;
-  } catch {
-    return reply;
-  }
+  const value = decodedOrNull(reply);
+  if (value === null) return reply;
   const rewrite = new Rewriter(nodes, announce);
   const changed = kind === null ? rewrite.anyShape(value) : rewrite.byKind(kind, value);
   return changed ? encodeReply(value) : reply;
+}
+
+/** The reply as a tree; null when it cannot be read (it then goes to the client as it is). */
+function decodedOrNull(reply: Buffer): RespValue | null {
+  try {
+    return decodeReply(reply).value;
+  } catch {
+    return null;
+  }
 }
 
 /** A CLUSTER SLOTS-like command queued in a transaction: its position among the queued commands. */
@@ -130,12 +135,8 @@ export interface QueuedTopology {
 
 /** Rewrites the replies of queued CLUSTER SLOTS-like commands inside an EXEC reply. */
 export function rewriteExecReply(entries: readonly QueuedTopology[], reply: Buffer, nodes: NodeDirectory, announce: Announce): Buffer {
-  let value: RespValue;
-  try {
-    value = decodeReply(reply).value;
-  } catch {
-    return reply;
-  }
+  const value = decodedOrNull(reply);
+  if (value === null) return reply;
   if (value.kind !== 'aggregate' || value.items === null) return reply; // aborted, or WATCH failed
   const rewrite = new Rewriter(nodes, announce);
   let changed = false;
