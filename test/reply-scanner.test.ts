@@ -10,7 +10,7 @@ import fc from 'fast-check';
 import Parser from 'redis-parser';
 import { describe, expect, it } from 'vitest';
 import { ReplyScanner } from '../src/resp/reply-scanner.js';
-import { splitAt } from './support/chunks.js';
+import { seededBytes, splitAt } from './support/chunks.js';
 
 // ---------------------------------------------------------------------------
 // Generators. Encoded values are latin1 strings, so counterexamples print readably.
@@ -24,20 +24,9 @@ interface TopFrame {
 
 const toLatin1 = (bytes: Uint8Array): string => Buffer.from(bytes).toString('latin1');
 
-/** Cheap deterministic binary content, rich in bytes that matter to RESP. */
-function seededBody(len: number, seed: number): string {
-  const special = [0x0d, 0x0a, 0x00, 0x24, 0x2a, 0x2b, 0x3e, 0x7c];
-  const out = new Uint8Array(len);
-  let x = seed | 1;
-  for (let i = 0; i < len; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    const r = x >>> 0;
-    out[i] = (r & 3) === 0 ? special[(r >>> 2) % special.length] : (r >>> 8) & 0xff;
-  }
-  return toLatin1(out);
-}
+/** Bytes that matter to a RESP reply reader. */
+const REPLY_SPECIAL_BYTES = [0x0d, 0x0a, 0x00, 0x24, 0x2a, 0x2b, 0x3e, 0x7c];
+const seededBody = (len: number, seed: number): string => toLatin1(seededBytes(len, seed, REPLY_SPECIAL_BYTES));
 
 /** Blob bodies: usually small, sometimes a few KB, always able to hold CR LF. */
 const bodyArb: fc.Arbitrary<string> = fc.oneof(
