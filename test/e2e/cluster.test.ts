@@ -10,8 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
 import { expectLockFixedOnEveryMaster, expectNoDirectConnection, keyOn, listenerOf, socketsOf } from '../support/cluster-checks.js';
 import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
-import { freePortRange, startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
-import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
+import { freePort, freePortRange, startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 

@@ -11,12 +11,12 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
-import { freePort, trackForExitCleanup, untrack } from './redis.js';
+import { freePort, isPortFree, trackForExitCleanup, untrack } from './redis.js';
 
 export interface ClusterNode {
   port: number;
@@ -171,18 +171,9 @@ async function pickPort(usedPorts: Set<number>): Promise<number> {
     const bus = port + BUS_PORT_OFFSET;
     if (bus > 65_535 || usedPorts.has(port) || usedPorts.has(bus)) continue;
     usedPorts.add(port).add(bus);
-    if (await isFree(bus)) return port;
+    if (await isPortFree(bus)) return port;
   }
   throw new Error('could not find a free port p with p + 10000 also free');
-}
-
-function isFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.unref();
-    server.once('error', () => resolve(false));
-    server.listen(port, HOST, () => server.close(() => resolve(true)));
-  });
 }
 
 type SpawnedNode = ClusterNode & { hasExited(): boolean };
@@ -678,8 +669,4 @@ async function waitFor(
 
 function label(node: ClusterNode): string {
   return `node ${node.host}:${node.port}`;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -3,7 +3,6 @@
  * from YAML text or files, and a logger whose lines the test can read.
  */
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -17,6 +16,7 @@ import type { NodeDirectory } from '../../src/cluster/rewrite.js';
 import { Stats } from '../../src/stats.js';
 import { UpstreamConnector } from '../../src/upstream/connect.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
+import { freePortRange } from './redis.js';
 
 export const STALWART_RULES = path.resolve(import.meta.dirname, '../../rules/stalwart.yaml');
 
@@ -167,22 +167,4 @@ export async function startClusterTestProxy(opts: TestProxyOptions & { refreshMs
     setup.contextFor(new UpstreamConnector(seeds[0], opts.upstreamTls ?? null, cluster), opts, cluster),
   );
   return { ...testProxy(setup, server, () => Promise.all([server.close(), cluster.close()])), basePort, cluster };
-}
-
-/** The first of `count` consecutive TCP ports that were free a moment ago. */
-export async function freePortRange(count: number): Promise<number> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * 20_000);
-    const ports = Array.from({ length: count }, (_, i) => base + i);
-    if ((await Promise.all(ports.map(isFree))).every(Boolean)) return base;
-  }
-  throw new Error(`no ${count} consecutive free ports found`);
-}
-
-function isFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = net.createServer();
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
 }

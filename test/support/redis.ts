@@ -13,6 +13,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { StartedTestContainer } from 'testcontainers';
 import { cmd, RawClient } from './resp.js';
 
@@ -59,6 +60,26 @@ export function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
+}
+
+/** Whether `port` could be bound on the loopback address a moment ago. */
+export function isPortFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.unref();
+    server.once('error', () => resolve(false));
+    server.listen(port, HOST, () => server.close(() => resolve(true)));
+  });
+}
+
+/** The first of `count` consecutive TCP ports that were free a moment ago (cluster listeners). */
+export async function freePortRange(count: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * 20_000);
+    const ports = Array.from({ length: count }, (_, i) => base + i);
+    if ((await Promise.all(ports.map(isPortFree))).every(Boolean)) return base;
+  }
+  throw new Error(`no ${count} consecutive free ports found`);
 }
 
 // ---------------------------------------------------------------------------
@@ -347,8 +368,4 @@ function passwordArgs(password: string | undefined): string[] {
 function redisUrl(host: string, port: number, password: string | undefined): string {
   const auth = password !== undefined ? `:${encodeURIComponent(password)}@` : '';
   return `redis://${auth}${host}:${port}`;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -12,6 +12,7 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { freePort, startRedis, trackForExitCleanup, untrack, type RedisServer } from './redis.js';
 
@@ -241,10 +242,4 @@ export async function query(port: number, args: [string, ...Array<string | Buffe
   } finally {
     client.disconnect();
   }
-}
-
-
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
