@@ -126,8 +126,11 @@ export class ReplyScanner {
         case State.LineLf: {
           pos++;
           const errorLine = this.inErrorLine;
-          this.inErrorLine = false;
-          this.errorEnded = errorLine;
+          if (errorLine) {
+            // scan() stops right after this line, so errorEnded is false until then.
+            this.inErrorLine = false;
+            this.errorEnded = true;
+          }
           if (this.endLine()) {
             this.replies += this.isPush ? 0 : 1;
             if (stopAtAnyFrame || this.replies === maxReplies) return pos;
