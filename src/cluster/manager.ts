@@ -57,7 +57,8 @@ interface NodeListener {
   readonly listenPort: number;
   info: ClusterNodeInfo | null;
   server: ProxyServer | null;
-  starting: boolean;
+  /** The attempt to listen in progress; it settles bound or failed. */
+  starting: Promise<void> | null;
   /** Why the last attempt to listen failed, if it did. */
   bindError: string | null;
   /** Refreshes in a row that did not list this node. */
@@ -180,7 +181,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
 
   /** Resolves when every node listener has finished starting (bound or failed). */
   async listening(): Promise<void> {
-    while ([...this.byAddress.values()].some((node) => node.starting)) await new Promise((resolve) => setTimeout(resolve, 5));
+    await Promise.all([...this.byAddress.values()].map((node) => node.starting));
   }
 
   // ------------------------------------------------------------ topology
@@ -224,7 +225,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       if (listener === null) continue;
       seen.add(listener);
       this.describeNode(listener, info);
-      if (listener.server === null && !listener.starting) this.listen(listener); // a bind that failed before
+      if (listener.server === null && listener.starting === null) this.listen(listener); // a bind that failed before
     }
     for (const listener of [...this.byAddress.values()]) {
       if (seen.has(listener)) {
@@ -259,7 +260,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       this.options.log.error({ node: address }, 'cluster: no free listener port left above --cluster-base-port');
       return null;
     }
-    const listener: NodeListener = { address, host, port, listenPort, info: null, server: null, starting: false, bindError: null, missing: 0 };
+    const listener: NodeListener = { address, host, port, listenPort, info: null, server: null, starting: null, bindError: null, missing: 0 };
     this.byAddress.set(address, listener);
     if (info !== null) this.describeNode(listener, info);
     this.listen(listener);
@@ -305,8 +306,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       display: `${seed.tls ? 'rediss' : 'redis'}://${net.isIPv6(listener.host) ? `[${listener.host}]` : listener.host}:${listener.port}`,
     };
     const connector = new UpstreamConnector(target, o.upstreamTls, null);
-    listener.starting = true;
-    startProxy({ listen: { host: o.listenHost, port: listener.listenPort }, tls: o.listenerTls, maxConnections: o.maxConnections }, o.contextFor(connector, this))
+    listener.starting = startProxy({ listen: { host: o.listenHost, port: listener.listenPort }, tls: o.listenerTls, maxConnections: o.maxConnections }, o.contextFor(connector, this))
       .then((server) => {
         listener.server = server;
         listener.bindError = null;
@@ -317,7 +317,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
         listener.bindError = err.message;
         o.log.error({ node: listener.address, listen: `${o.listenHost}:${listener.listenPort}`, err: err.message }, 'cluster: cannot listen for node (retried at the next refresh)');
       })
-      .finally(() => (listener.starting = false));
+      .finally(() => (listener.starting = null));
   }
 
   /** A node left the cluster: stop accepting for it, let its connections finish. Its port stays reserved for it. */
