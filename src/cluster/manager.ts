@@ -72,7 +72,7 @@ const RETIRED_PORT_KEEP_MS = 60 * 60 * 1000;
 /** A -MOVED refreshes the topology at most this often. */
 const REDIRECT_REFRESH_MS = 1000;
 
-export function addressOf(host: string, port: number): string {
+function addressOf(host: string, port: number): string {
   return `${host}:${port}`;
 }
 

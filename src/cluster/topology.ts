@@ -24,7 +24,7 @@ export interface ClusterNodeInfo {
 
 export class TopologyError extends Error {}
 
-export function redisOptionsFor(target: UpstreamTarget, tls: UpstreamTls | null, host: string, port: number, timeoutMs: number): RedisOptions {
+function redisOptionsFor(target: UpstreamTarget, tls: UpstreamTls | null, host: string, port: number, timeoutMs: number): RedisOptions {
   return {
     host,
     port,
