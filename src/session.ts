@@ -570,7 +570,9 @@ export class Session {
           this.inMulti = false;
           this.watching = false; // EXEC and DISCARD unwatch everything
           if (scanner.cmd === Cmd.Exec && this.queuedTopology.length > 0) {
-            this.captureExecReply(this.queuedTopology);
+            // The transaction queued CLUSTER SLOTS-like commands: their replies in EXEC's array are rewritten.
+            const entries = this.queuedTopology;
+            this.captureReply((reply, nodes, announce) => rewriteExecReply(entries, reply, nodes, announce));
             this.afterAsking = false;
             this.ctx.stats.commandsForwarded++;
             return;
@@ -633,11 +635,6 @@ export class Session {
     const scanner = this.scanner;
     if (scanner.inline) return null;
     return topologyReplyOf(scanner.key.toString('latin1', 0, scanner.keyLength)) ?? undefined;
-  }
-
-  /** The transaction queued CLUSTER SLOTS-like commands: their replies in EXEC's array are rewritten. */
-  private captureExecReply(entries: QueuedTopology[]): void {
-    this.captureReply((reply, nodes, announce) => rewriteExecReply(entries, reply, nodes, announce));
   }
 
   /** Takes the reply to the frame being forwarded aside, and sends the client its rewritten form. */
