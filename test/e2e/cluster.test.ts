@@ -8,7 +8,7 @@ import net from 'node:net';
 import { Cluster, type ClusterOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
-import { expectLockFixedOnEveryMaster, expectNoDirectConnection, keyOn, listenerOf, socketsOf } from '../support/cluster-checks.js';
+import { expectLockFixedOnEveryMaster, expectNoDirectConnection, keyOn, listenerOf, socketsOf, waitForListeners } from '../support/cluster-checks.js';
 import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
 import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
 import { freePort, freePortRange, startRedis, type RedisServer } from '../support/redis.js';
@@ -472,9 +472,7 @@ describe('cluster mode: topology changes', () => {
       const extraPort = extra.port;
       const seed = cluster.nodes[0];
       await cluster.command(seed, 'CLUSTER', 'MEET', '127.0.0.1', extraPort);
-      await expect
-        .poll(() => proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${extraPort}`)?.listening ?? false, { timeout: 10_000 })
-        .toBe(true);
+      await waitForListeners(proxy, 'a listener for the new node', (nodes) => nodes.some((n) => n.address === `127.0.0.1:${extraPort}` && n.listening));
       const listenPort = proxyPortOf(extraPort);
       expect(await exchange(listenPort, cmd('PING'), 1)).toBe('+PONG\r\n');
       expect(await exchange(proxy.port, cmd('CLUSTER', 'NODES'), 1)).toContain(`127.0.0.1:${listenPort}@`);
@@ -485,7 +483,7 @@ describe('cluster mode: topology changes', () => {
       // A node that has not heard of it yet through gossip says so; it will not hear of it now.
       const forget = (node: ClusterNode) => cluster.command(node, 'CLUSTER', 'FORGET', extraId).catch((err: Error) => expect(err.message).toMatch(/Unknown node/));
       await Promise.all(cluster.nodes.map(forget));
-      await expect.poll(() => proxy.cluster.nodes().some((n) => n.address === `127.0.0.1:${extraPort}`), { timeout: 10_000 }).toBe(false);
+      await waitForListeners(proxy, 'the node that left to be drained', (nodes) => !nodes.some((n) => n.address === `127.0.0.1:${extraPort}`));
       await expect(RawClient.connect(listenPort)).rejects.toThrow(/ECONNREFUSED/);
     } finally {
       await extra?.stop();

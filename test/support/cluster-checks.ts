@@ -3,6 +3,7 @@
  * node, keys a given master serves, and proof that a cluster client never
  * reached a node directly.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Cluster, Redis } from 'ioredis';
 import { expect } from 'vitest';
 import type { ClusterNode, TestCluster } from './cluster.js';
@@ -57,5 +58,20 @@ export async function expectLockFixedOnEveryMaster(cluster: TestCluster, proxy: 
     await cluster.command(master, 'PEXPIRE', key, 5000);
     expect(await exchange(port, lockAttempt(key, 60), 4)).toBe(attemptReplies(2, 0));
     expect(Number(await cluster.command(master, 'PTTL', key))).toBeLessThanOrEqual(5000);
+  }
+}
+
+/**
+ * Waits until `check` holds of the proxy's node listeners; on timeout the
+ * error carries the proxy's cluster log lines (refreshes, binds), which say why.
+ */
+export async function waitForListeners(proxy: ClusterTestProxy, what: string, check: (nodes: ReturnType<ClusterTestProxy['cluster']['nodes']>) => boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check(proxy.cluster.nodes())) {
+    if (Date.now() > deadline) {
+      const lines = proxy.logs().filter((line) => String(line.msg).startsWith('cluster:'));
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; listeners: ${JSON.stringify(proxy.cluster.nodes())}; log: ${JSON.stringify(lines.slice(-20))}`);
+    }
+    await sleep(50);
   }
 }

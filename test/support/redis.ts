@@ -72,10 +72,15 @@ export function isPortFree(port: number): Promise<boolean> {
   });
 }
 
-/** The first of `count` consecutive TCP ports that were free a moment ago (cluster listeners). */
+/**
+ * The first of `count` consecutive TCP ports that were free a moment ago
+ * (cluster listeners). They are taken below Linux's ephemeral range
+ * (32768 and up), from which freePort(), and so the redis-servers of tests
+ * running in parallel, and every outgoing connection take theirs.
+ */
 export async function freePortRange(count: number): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * 20_000);
+    const base = 16_000 + Math.floor(Math.random() * (32_000 - 16_000 - count));
     const ports = Array.from({ length: count }, (_, i) => base + i);
     if ((await Promise.all(ports.map(isPortFree))).every(Boolean)) return base;
   }
