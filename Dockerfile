@@ -38,7 +38,7 @@ ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
 LABEL org.opencontainers.image.title="redis-lock-proxy" \
-      org.opencontainers.image.description="Transparent RESP proxy in front of Redis that applies lock expiries only when the lock is created (fixes Stalwart 0.16.7-0.16.15 abandoned task and queue locks)" \
+      org.opencontainers.image.description="Transparent RESP proxy in front of Redis that applies lock expiries only when the lock is created (fixes the abandoned locks of Stalwart 0.8.1-0.16.15)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
@@ -55,8 +55,8 @@ WORKDIR /app
 # Everything stays owned by root, so the unprivileged user below can read but
 # not change the application.
 # Also in this layer:
-# - /app/rules points at the baked rules, so the CLI's built-in default (the
-#   rules/ directory next to dist/) finds the same files even when
+# - /app/rules/stalwart points at the baked rules, so the CLI's built-in
+#   default (rules/stalwart/ next to dist/) finds the same files even when
 #   REDIS_LOCK_PROXY_RULES is unset;
 # - `redis-lock-proxy` on PATH, for `docker exec ... redis-lock-proxy locks`
 #   and exec probes (`redis-lock-proxy verify --via 127.0.0.1:6380`).
@@ -64,16 +64,18 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
     && npm cache clean --force \
     && rm -rf /root/.npm /tmp/* \
-    && ln -s /etc/redis-lock-proxy/rules /app/rules \
+    && mkdir /app/rules && ln -s /etc/redis-lock-proxy/rules /app/rules/stalwart \
     && printf '#!/bin/sh\nexec node /app/dist/cli.js "$@"\n' >/usr/local/bin/redis-lock-proxy \
     && chmod 0755 /usr/local/bin/redis-lock-proxy
 
 COPY --from=build /app/dist ./dist
 
-# The shipped rules (Stalwart 0.16.x). To use other rules, mount a directory
-# of *.yaml files over /etc/redis-lock-proxy/rules (a Kubernetes ConfigMap
-# works), or point REDIS_LOCK_PROXY_RULES / --rules elsewhere.
-COPY rules /etc/redis-lock-proxy/rules
+# The shipped rules: one file per affected Stalwart release line, 0.8.1 to
+# 0.16.15 (REDIS_LOCK_PROXY_STALWART=0.15.3 keeps one release's). To use
+# other rules, mount a directory of *.yaml files over
+# /etc/redis-lock-proxy/rules (a Kubernetes ConfigMap works), or point
+# REDIS_LOCK_PROXY_RULES / --rules elsewhere.
+COPY rules/stalwart /etc/redis-lock-proxy/rules
 
 # In-container defaults: listen on every interface of the container (the
 # CLI's own defaults stay loopback-only on a host). Set the upstream with

@@ -14,7 +14,7 @@ import { createMetricsRegistry } from './admin/metrics.js';
 import { startAdminServer } from './admin/server.js';
 import { resolveConfig, USAGE, type Config } from './config.js';
 import { createLogger, type Logger } from './log.js';
-import { RuleStore } from './rules/store.js';
+import { describeRules, RuleStore } from './rules/store.js';
 import { startProxy, type ProxyServer } from './server.js';
 import type { ProxyContext } from './session.js';
 import { Stats } from './stats.js';
@@ -46,7 +46,7 @@ async function startSentinel(config: Config, log: Logger): Promise<SentinelMonit
 async function run(config: Config): Promise<void> {
   const log = createLogger(config.logLevel);
   const stats = new Stats();
-  const rules = new RuleStore(config.rulePaths, log, stats);
+  const rules = new RuleStore(config.rulePaths, log, stats, config.release);
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
   const sentinel = await startSentinel(config, log);
   const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
@@ -113,8 +113,7 @@ async function run(config: Config): Promise<void> {
       upstream: upstream.describe(),
       admin: admin === null ? 'off' : `${admin.address.host}:${admin.address.port}`,
       mode: config.mode,
-      ruleFiles: rules.current.files,
-      rules: rules.current.rules.map((r) => `${r.name} (${config.mode === 'observe' ? 'observe' : r.mode})`),
+      ...describeRules(rules.current, config.mode),
       enforce: byMode.enforce,
       observe: byMode.observe,
       version: packageVersion(),

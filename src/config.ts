@@ -6,11 +6,11 @@
  */
 import fs from 'node:fs';
 import net from 'node:net';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { ConfigError } from './errors.js';
+import type { ReleaseFilter } from './rules/loader.js';
+import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
 import { parseUpstreamUrl, type UpstreamTarget } from './upstream/target.js';
 
 export interface ListenAddress {
@@ -59,6 +59,8 @@ export interface Config {
   readonly listen: ListenAddress;
   readonly upstream: UpstreamTarget;
   readonly rulePaths: readonly string[];
+  /** --stalwart: load only the rule files for this release (and those that name no release). */
+  readonly release: ReleaseFilter | undefined;
   readonly holdMs: number;
   readonly connectTimeoutMs: number;
   readonly logLevel: string;
@@ -82,8 +84,8 @@ export interface Config {
   readonly cluster: ClusterConfig | null;
 }
 
-/** The rules shipped with the package (rules/ next to src/ and dist/). */
-export const DEFAULT_RULES_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'rules');
+/** The rules shipped with the package: every affected Stalwart release line (rules/stalwart/). */
+export const DEFAULT_RULES_DIR = STALWART_RULES_DIR;
 
 type Kind = 'string' | 'integer' | 'boolean' | 'list';
 
@@ -107,7 +109,8 @@ export const OPTIONS = {
     help: 'Redis URL: redis://, rediss:// (TLS) or unix://; with --cluster, seed node URLs, comma-separated',
     secret: true,
   },
-  rules: { kind: 'list', help: 'rule file or directory of *.yaml files; repeatable (default: the shipped rules/)' },
+  rules: { kind: 'list', help: 'rule file or directory of *.yaml files; repeatable (default: the shipped rules/stalwart/, every affected Stalwart release)' },
+  stalwart: { kind: 'string', help: 'the Stalwart release the clients run, e.g. 0.15.3: load only the rule files for it (default: every affected release)' },
   mode: { kind: 'string', default: 'enforce', help: 'enforce (rules decide) or observe (every rule only observes)' },
   'hold-ms': { kind: 'integer', default: 10, min: 1, max: 60_000, help: 'how long an incomplete MULTI block waits for more bytes' },
   'connect-timeout-ms': { kind: 'integer', default: 5000, min: 1, max: 600_000, help: 'upstream connect timeout' },
@@ -268,6 +271,36 @@ function fileValue(file: string, key: string, spec: OptionSpec, value: unknown):
   }
 }
 
+/** Which rule files to load: --rules (default: the shipped ones), narrowed by --stalwart. */
+export interface RuleChoice {
+  readonly paths: string[];
+  readonly release: ReleaseFilter | undefined;
+}
+
+/**
+ * --rules and --stalwart, as the proxy and its operator commands take them. A Stalwart release
+ * that does not have the bug is refused, saying so: there is nothing to load for it.
+ */
+export function chooseRules(rules: string[] | undefined, stalwart: string | undefined): RuleChoice {
+  const paths = rules !== undefined && rules.length > 0 ? rules : [DEFAULT_RULES_DIR];
+  if (stalwart === undefined || stalwart === '') return { paths, release: undefined };
+  const release = stalwartRelease(stalwart);
+  if (release.kind === 'invalid') throw new ConfigError(`stalwart: ${release.reason}`);
+  if (release.kind === 'not-affected') {
+    throw new ConfigError(`stalwart: ${release.reason}; there are no lock rules to load for it (give the release of the oldest node still running)`);
+  }
+  return { paths, release: { product: 'Stalwart', version: release.version } };
+}
+
+/** The rule settings of the operator commands: their flags, else the proxy's environment variables. */
+export function chooseRulesFromEnv(rules: string[] | undefined, stalwart: string | undefined, env: NodeJS.ProcessEnv): RuleChoice {
+  return chooseRules(rules ?? splitList(env[envName('rules')] ?? ''), stalwart ?? nonEmpty(env[envName('stalwart')]));
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value.trim() === '' ? undefined : value;
+}
+
 /** Merges sources: flags > env > file > defaults. */
 function merge(flags: Record<string, unknown>, env: RawSettings, file: RawSettings): RawSettings {
   const merged: RawSettings = {};
@@ -382,10 +415,12 @@ function buildConfig(settings: RawSettings): Config {
     }
   }
 
+  const rules = chooseRules(list(settings, 'rules'), text(settings, 'stalwart'));
   return {
     listen,
     upstream,
-    rulePaths: list(settings, 'rules') ?? [DEFAULT_RULES_DIR],
+    rulePaths: rules.paths,
+    release: rules.release,
     holdMs: integer(settings, 'hold-ms'),
     connectTimeoutMs: integer(settings, 'connect-timeout-ms'),
     logLevel,

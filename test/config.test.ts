@@ -32,6 +32,7 @@ describe('resolveConfig', () => {
       listen: { host: '127.0.0.1', port: 6380 },
       upstream: expect.objectContaining({ host: '127.0.0.1', port: 6379, db: 0, tls: false }),
       rulePaths: [DEFAULT_RULES_DIR],
+      release: undefined,
       holdMs: 10,
       connectTimeoutMs: 5000,
       logLevel: 'info',
@@ -51,7 +52,7 @@ describe('resolveConfig', () => {
     expect(config.upstream.password).toBeUndefined();
     expect(config.upstream.username).toBeUndefined();
     expect(OPTIONS.listen.default).toBe('127.0.0.1:6380');
-    expect(DEFAULT_RULES_DIR).toMatch(/[/\\]rules$/);
+    expect(DEFAULT_RULES_DIR).toMatch(/[/\\]rules[/\\]stalwart$/);
   });
 
   it('reads every flag', () => {

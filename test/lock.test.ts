@@ -13,7 +13,7 @@ import { startRedis, type RedisServer } from './support/redis.js';
 import { cmd, RawClient } from './support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from './support/stalwart.js';
 
-const rules = createRuleSet(parseRuleFile('rules:\n  - name: locks\n    prefix: "lock:"\n', 'test.yaml'), ['test.yaml']);
+const rules = createRuleSet(parseRuleFile('rules:\n  - name: locks\n    prefix: "lock:"\n', 'test.yaml').rules, ['test.yaml']);
 
 /** Feeds a whole byte stream and returns the matcher's answer for each frame after the first (MULTI). */
 function match(bytes: Buffer): { accepted: boolean[]; step: BlockStep; matcher: BlockMatcher } {
@@ -122,7 +122,7 @@ describe('BlockMatcher', () => {
   });
 
   it('accepts binary keys containing CR, LF and NUL', () => {
-    const rulesStalwart = createRuleSet(parseRuleFile('rules:\n  - name: t\n    prefix_hex: "17"\n', 'x.yaml'), ['x.yaml']);
+    const rulesStalwart = createRuleSet(parseRuleFile('rules:\n  - name: t\n    prefix_hex: "17"\n', 'x.yaml').rules, ['x.yaml']);
     const key = taskLockKey(0x0d0a000dn);
     const scanner = new RequestScanner();
     const matcher = new BlockMatcher();

@@ -11,7 +11,7 @@ import {
 } from '../src/rules/loader.js';
 import type { RuleSet } from '../src/rules/types.js';
 
-const STALWART_RULES = fileURLToPath(new URL('../rules/stalwart.yaml', import.meta.url));
+const STALWART_016 = fileURLToPath(new URL('../rules/stalwart/0.16.yaml', import.meta.url));
 
 /** A key: prefix byte followed by the given bytes. */
 function key(...bytes: number[]): Buffer {
@@ -59,20 +59,20 @@ function makeTempDir(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), 'rules-test-'));
 }
 
-describe('rules/stalwart.yaml', () => {
+describe('rules/stalwart/0.16.yaml, byte by byte', () => {
   let set: RuleSet;
   beforeAll(() => {
-    set = loadRules([STALWART_RULES]);
+    set = loadRules([STALWART_016]);
   });
 
   it('has the two lock rules, both enforcing', () => {
-    expect(set.files).toEqual([STALWART_RULES]);
+    expect(set.files).toEqual([STALWART_016]);
     expect(set.rules.map((r) => [r.name, r.prefix.toString('hex'), r.mode, r.action])).toEqual([
       ['stalwart-task-lock', '17', 'enforce', 'expire-on-create'],
       ['stalwart-queue-lock', '15', 'enforce', 'expire-on-create'],
     ]);
-    expect(set.rules[0].source).toBe(`${STALWART_RULES}#1`);
-    expect(set.rules[1].source).toBe(`${STALWART_RULES}#2`);
+    expect(set.rules[0].source).toBe(`${STALWART_016}#1`);
+    expect(set.rules[1].source).toBe(`${STALWART_016}#2`);
   });
 
   it('matches a 9-byte task lock key (0x17 + u64 BE)', () => {
@@ -163,13 +163,13 @@ describe('loadRules', () => {
 
   it('combines files and directories in the order given', () => {
     const single = writeFile('single.yaml', file('  - name: z\n    prefix: "z:"\n'));
-    const set = loadRules([single, STALWART_RULES]);
+    const set = loadRules([single, STALWART_016]);
     expect(set.rules.map((r) => r.name)).toEqual([
       'z',
       'stalwart-task-lock',
       'stalwart-queue-lock',
     ]);
-    expect(set.files).toEqual([single, STALWART_RULES]);
+    expect(set.files).toEqual([single, STALWART_016]);
   });
 
   it('refuses a path that does not exist', () => {
@@ -211,7 +211,7 @@ describe('loadRules', () => {
       file('  - name: other\n    prefix: "o:"\n', '  - name: same\n    prefix: "b:"\n'),
     );
     const pattern = new RegExp(
-      `b\\.yaml: rule 2 \\("same"\\): field "name": duplicate name "same": ` +
+      `b\\.yaml: rule 2 \\("same"\\): field "name": duplicate name "same" with a different definition: ` +
         `already used by .*a\\.yaml rule 1`,
     );
     expect(() => loadRules([path.dirname(first)])).toThrowError(pattern);
@@ -222,7 +222,7 @@ describe('loadRules', () => {
 
 describe('parseRuleFile and matching', () => {
   it('uses a text prefix as UTF-8 bytes', () => {
-    const rules = parseRuleFile(file('  - name: app\n    prefix: "lock:é"\n'), 'x.yaml');
+    const rules = parseRuleFile(file('  - name: app\n    prefix: "lock:é"\n'), 'x.yaml').rules;
     expect(rules[0].prefix).toEqual(Buffer.from('lock:é', 'utf8'));
     const set = createRuleSet(rules, ['x.yaml']);
     expect(set.match(Buffer.from('lock:é/42'))?.name).toBe('app');
@@ -231,7 +231,7 @@ describe('parseRuleFile and matching', () => {
   });
 
   it('accepts spaces between hex bytes and either case', () => {
-    const rules = parseRuleFile(file('  - name: h\n    prefix_hex: "DE ad  0f"\n'), 'x.yaml');
+    const rules = parseRuleFile(file('  - name: h\n    prefix_hex: "DE ad  0f"\n'), 'x.yaml').rules;
     expect(rules[0].prefix).toEqual(key(0xde, 0xad, 0x0f));
   });
 
@@ -242,7 +242,7 @@ describe('parseRuleFile and matching', () => {
         '  - name: watched\n    prefix: "w:"\n    mode: observe\n    action: expire-on-create\n',
       ),
       'x.yaml',
-    );
+    ).rules;
     expect(rules.map((r) => [r.name, r.action, r.mode])).toEqual([
       ['default', 'expire-on-create', 'enforce'],
       ['watched', 'expire-on-create', 'observe'],
@@ -258,7 +258,7 @@ describe('parseRuleFile and matching', () => {
         '  - name: never-first\n    prefix: "lock:1"\n',
       ),
       'x.yaml',
-    );
+    ).rules;
     const set = createRuleSet(rules, ['x.yaml']);
     expect(set.match(Buffer.from('lock:123'))?.name).toBe('narrow');
     expect(set.match(Buffer.from('lock:1a'))?.name).toBe('broad');
@@ -266,14 +266,14 @@ describe('parseRuleFile and matching', () => {
   });
 
   it('allows an empty prefix when a pattern narrows it', () => {
-    const rules = parseRuleFile(file('  - name: p\n    prefix: ""\n    pattern: \'^x$\'\n'), 'x.yaml');
+    const rules = parseRuleFile(file('  - name: p\n    prefix: ""\n    pattern: \'^x$\'\n'), 'x.yaml').rules;
     const set = createRuleSet(rules, ['x.yaml']);
     expect(set.match(Buffer.from('x'))?.name).toBe('p');
     expect(set.match(Buffer.from('xx'))).toBeUndefined();
   });
 
   it('returns frozen rule lists', () => {
-    const set = createRuleSet(parseRuleFile(file('  - name: f\n    prefix: "f"\n'), 'x.yaml'), [
+    const set = createRuleSet(parseRuleFile(file('  - name: f\n    prefix: "f"\n'), 'x.yaml').rules, [
       'x.yaml',
     ]);
     expect(Object.isFrozen(set.rules)).toBe(true);
@@ -324,9 +324,27 @@ describe('rule file errors', () => {
   it('refuses extra top-level keys', () => {
     expectParseError(
       `${file(ok)}rule:\n  - name: y\n`,
-      /rules\/x\.yaml: field "rule": unknown top-level key: the file must contain only "rules:"/,
+      /rules\/x\.yaml: field "rule": unknown top-level key: the file may contain only "rules:" and "releases:"/,
       { rule: undefined, field: 'rule' },
     );
+  });
+
+  it('reads releases: as one range or a list, and refuses what is not a range', () => {
+    const one = parseRuleFile(`releases: Stalwart 0.15.0 - 0.15.5\n${file(ok)}`, 'rules/x.yaml');
+    expect(one.releases).toEqual([{ product: 'Stalwart', first: [0, 15, 0], last: [0, 15, 5] }]);
+    const list = parseRuleFile(`releases: [App 1.0.0 - 1.2.3, App 2.0.0]\n${file(ok)}`, 'rules/x.yaml');
+    expect(list.releases).toEqual([
+      { product: 'App', first: [1, 0, 0], last: [1, 2, 3] },
+      { product: 'App', first: [2, 0, 0], last: [2, 0, 0] },
+    ]);
+    for (const [text, message] of [
+      ['Stalwart 0.15', /field "releases": versions must be MAJOR\.MINOR\.PATCH/],
+      ['0.15.0 - 0.15.5', /field "releases": must read "PRODUCT FIRST - LAST"/],
+      ['Stalwart 0.15.5 - 0.15.0', /field "releases": the first release comes after the last/],
+      ['[1]', /field "releases": must be text such as "Stalwart 0\.15\.0 - 0\.15\.5", got a number/],
+    ] as const) {
+      expectParseError(`releases: ${text}\n${file(ok)}`, message, { rule: undefined, field: 'releases' });
+    }
   });
 
   it('refuses a missing, empty or non-list rules key', () => {
@@ -358,7 +376,7 @@ describe('rule file errors', () => {
   it('refuses unknown fields, naming them', () => {
     expectParseError(
       file(ok, '  - name: typo\n    prefx: "a:"\n'),
-      /rules\/x\.yaml: rule 2 \("typo"\): field "prefx": unknown field \(allowed: name, prefix, prefix_hex, pattern, action, mode\)/,
+      /rules\/x\.yaml: rule 2 \("typo"\): field "prefx": unknown field \(allowed: name, prefix, prefix_hex, pattern, key, describe, action, mode\)/,
       { rule: 2, field: 'prefx' },
     );
   });
@@ -401,11 +419,11 @@ describe('rule file errors', () => {
     );
   });
 
-  it('refuses duplicate names passed to createRuleSet from different files', () => {
-    const a = parseRuleFile(file(ok), 'rules/a.yaml');
-    const b = parseRuleFile(file(ok), 'rules/b.yaml');
+  it('refuses a name that two files define differently, naming both places', () => {
+    const a = parseRuleFile(file(ok), 'rules/a.yaml').rules;
+    const b = parseRuleFile(file('  - name: ok-rule\n    prefix: "other:"\n'), 'rules/b.yaml').rules;
     expect(() => createRuleSet([...a, ...b], ['rules/a.yaml', 'rules/b.yaml'])).toThrowError(
-      /^rules\/b\.yaml: rule 1 \("ok-rule"\): field "name": duplicate name "ok-rule": already used by rules\/a\.yaml rule 1$/,
+      /^rules\/b\.yaml: rule 1 \("ok-rule"\): field "name": duplicate name "ok-rule" with a different definition: already used by rules\/a\.yaml rule 1$/,
     );
     const error = catchRuleError(() => createRuleSet([...a, ...b], []));
     expect([error.code, error.file, error.rule, error.field]).toEqual([
@@ -414,6 +432,20 @@ describe('rule file errors', () => {
       1,
       'name',
     ]);
+  });
+
+  it('loads a rule that several files repeat word for word once, at its first place', () => {
+    const a = parseRuleFile(file(ok, '  - name: a-only\n    prefix: "a:"\n'), 'rules/a.yaml').rules;
+    const b = parseRuleFile(file('  - name: b-only\n    prefix: "b:"\n', ok), 'rules/b.yaml').rules;
+    const set = createRuleSet([...a, ...b], ['rules/a.yaml', 'rules/b.yaml']);
+    expect(set.rules.map((rule) => [rule.name, rule.source])).toEqual([
+      ['ok-rule', 'rules/a.yaml#1'],
+      ['a-only', 'rules/a.yaml#2'],
+      ['b-only', 'rules/b.yaml#1'],
+    ]);
+    // A different mode is a different definition.
+    const observed = parseRuleFile(file(ok.replace('\n', '\n    mode: observe\n')), 'rules/c.yaml').rules;
+    expect(() => createRuleSet([...a, ...observed], [])).toThrowError(/with a different definition/);
   });
 
   it('refuses both prefix and prefix_hex', () => {
@@ -427,7 +459,7 @@ describe('rule file errors', () => {
   it('refuses neither prefix nor prefix_hex', () => {
     expectParseError(
       file('  - name: neither\n    pattern: \'^a\'\n'),
-      /rules\/x\.yaml: rule 1 \("neither"\): field "prefix": is required: give exactly one of "prefix" or "prefix_hex"/,
+      /rules\/x\.yaml: rule 1 \("neither"\): field "prefix": is required: give "key", or exactly one of "prefix" or "prefix_hex"/,
       { rule: 1, field: 'prefix' },
     );
   });

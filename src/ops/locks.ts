@@ -1,9 +1,9 @@
 /**
- * `redis-lock-proxy locks --upstream URL [--rules PATH]... [--count N] [--json]
- *                         [--release KEY...] [--release-abandoned [--yes]]`
+ * `redis-lock-proxy locks --upstream URL [--rules PATH]... [--stalwart VERSION] [--count N]
+ *                         [--json] [--release KEY...] [--release-abandoned [--yes]]`
  *
  * Lists the lock keys the rules name, straight from Redis: counter (or raw value), remaining
- * TTL, what the lock is for (Stalwart task and queue locks are decoded), and a flag on the ones
+ * TTL, what the lock is for (decoded by the rules' `describe:`), and a flag on the ones
  * that look abandoned: a counter above 1 (other nodes tried to take the lock while it was held)
  * or no expiry at all (it would never go away). Optionally deletes locks: named ones, or every
  * flagged one after re-checking, atomically, that it has not changed since it was read.
@@ -13,9 +13,11 @@
  */
 import { parseArgs } from 'node:util';
 import { Redis, type RedisOptions } from 'ioredis';
-import { DEFAULT_RULES_DIR } from '../config.js';
-import { describeKey } from '../log.js';
-import { loadRules } from '../rules/loader.js';
+import { chooseRulesFromEnv, type RuleChoice } from '../config.js';
+import { describeKey, escapeKey, unescapeKey } from '../key-text.js';
+import { describeFields, isoTime } from '../rules/key-description.js';
+import { decodeLayout } from '../rules/key-layout.js';
+import { loadRules, ruleMatches } from '../rules/loader.js';
 import type { Rule, RuleSet } from '../rules/types.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
 
@@ -41,7 +43,11 @@ Options (environment variable in brackets; flags win):
                           [REDIS_LOCK_PROXY_UPSTREAM] (default redis://127.0.0.1:6379)
   --rules PATH            rule file or directory; repeatable
                           [REDIS_LOCK_PROXY_RULES, comma-separated]
-                          (default: the rules/ directory shipped with the proxy)
+                          (default: the shipped rules, every affected Stalwart
+                          release)
+  --stalwart VERSION      only the rule files for this Stalwart release, e.g.
+                          0.15.3: its lock kinds, decoded as it writes them
+                          [REDIS_LOCK_PROXY_STALWART]
   --count N               SCAN COUNT hint per call (default 1000)
   --json                  one JSON object per line instead of a table
   --release KEY...        delete these keys, written as the table prints them
@@ -60,8 +66,6 @@ const DEFAULT_SCAN_COUNT = 1000;
 /** Keys whose GET and PTTL go out in one pipeline. */
 const READ_BATCH = 500;
 const CONNECT_TIMEOUT_MS = 5000;
-/** describeKey shows at most this many bytes of a key. */
-const DESCRIBE_KEY_BYTES = 64;
 
 /**
  * Deletes KEYS[1] only if it still holds ARGV[1] and its PTTL has not gone up from ARGV[2]
@@ -88,7 +92,7 @@ class UsageError extends Error {}
 
 interface LocksOptions {
   upstream: UpstreamTarget;
-  rulePaths: string[];
+  rules: RuleChoice;
   count: number;
   json: boolean;
   release: string[];
@@ -122,7 +126,7 @@ export async function run(argv: string[], io: Io): Promise<number> {
       io.stdout(LOCKS_USAGE);
       return 0;
     }
-    rules = loadRules(options.rulePaths);
+    rules = loadRules(options.rules.paths, options.rules.release);
   } catch (error) {
     io.stderr(`redis-lock-proxy locks: ${(error as Error).message}\n`);
     return 2;
@@ -182,6 +186,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
       options: {
         upstream: { type: 'string' },
         rules: { type: 'string', multiple: true },
+        stalwart: { type: 'string' },
         count: { type: 'string' },
         json: { type: 'boolean' },
         release: { type: 'string', multiple: true },
@@ -216,12 +221,9 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
   if (!/^\d{1,7}$/.test(countText) || Number(countText) < 1) {
     throw new UsageError(`--count must be an integer from 1 to 9999999, got "${countText}"`);
   }
-  const envRules = env.REDIS_LOCK_PROXY_RULES?.split(',')
-    .map((p) => p.trim())
-    .filter((p) => p !== '');
   return {
     upstream: parseUpstreamUrl(values.upstream ?? env.REDIS_LOCK_PROXY_UPSTREAM ?? DEFAULT_UPSTREAM),
-    rulePaths: values.rules ?? (envRules !== undefined && envRules.length > 0 ? envRules : [DEFAULT_RULES_DIR]),
+    rules: chooseRulesFromEnv(values.rules, values.stalwart, env),
     count: Number(countText),
     json: values.json ?? false,
     release,
@@ -270,13 +272,13 @@ export async function listLocks(redis: Redis, rules: RuleSet, count: number): Pr
         seen.add(id);
         batch.push({ key, rule });
         if (batch.length >= READ_BATCH) {
-          rows.push(...(await readBatch(redis, batch)));
+          rows.push(...(await readBatch(redis, rules, batch)));
           batch = [];
         }
       }
     }
   }
-  if (batch.length > 0) rows.push(...(await readBatch(redis, batch)));
+  if (batch.length > 0) rows.push(...(await readBatch(redis, rules, batch)));
   return rows;
 }
 
@@ -315,7 +317,7 @@ async function* scanPages(redis: Redis, pattern: Buffer, count: number): AsyncGe
   } while (cursor !== '0');
 }
 
-async function readBatch(redis: Redis, batch: ReadonlyArray<{ key: Buffer; rule: Rule }>): Promise<LockRow[]> {
+async function readBatch(redis: Redis, rules: RuleSet, batch: ReadonlyArray<{ key: Buffer; rule: Rule }>): Promise<LockRow[]> {
   // TIME first: SET NX deadlines are compared with Redis's clock, not this machine's.
   const pipeline = redis.pipeline().time();
   for (const { key } of batch) pipeline.getBuffer(key).pttl(key);
@@ -332,7 +334,7 @@ async function readBatch(redis: Redis, batch: ReadonlyArray<{ key: Buffer; rule:
     if (pttl === -2) return; // gone since SCAN saw it: released or expired
     if (getError && !/^WRONGTYPE/.test(getError.message)) throw getError;
     if (!getError && value === null) return; // gone between the two reads
-    rows.push(makeRow(key, rule.name, getError ? undefined : (value as Buffer), Number(pttl), nowSeconds));
+    rows.push(makeRow(key, rule.name, describeLockKey(key, rules), getError ? undefined : (value as Buffer), Number(pttl), nowSeconds));
   });
   return rows;
 }
@@ -347,10 +349,10 @@ const DEADLINE_MIN = 1_000_000_000n;
 const DEADLINE_SLACK_SECONDS = 60n;
 
 /** `nowSeconds`: Redis's clock (TIME), for SET NX deadlines. */
-function makeRow(key: Buffer, rule: string, value: Buffer | undefined, pttl: number, nowSeconds: bigint): LockRow {
+function makeRow(key: Buffer, rule: string, description: string, value: Buffer | undefined, pttl: number, nowSeconds: bigint): LockRow {
   const integer = value !== undefined ? integerValue(value) : undefined;
   const flags: string[] = [];
-  let what = describeLockKey(key, rule);
+  let what = description;
   let counter: bigint | undefined;
   let deadline: bigint | undefined;
   if (integer !== undefined && integer >= DEADLINE_MIN) {
@@ -369,11 +371,6 @@ function makeRow(key: Buffer, rule: string, value: Buffer | undefined, pttl: num
   return { key, rule, counter, deadline, value, pttl, what, flags };
 }
 
-function isoTime(seconds: bigint): string {
-  const ms = Number(seconds) * 1000;
-  return Number.isFinite(ms) && Math.abs(ms) <= 8.64e15 ? new Date(ms).toISOString().replace('.000Z', 'Z') : `${seconds}`;
-}
-
 /** The value as Redis's INCR reads it, or undefined. */
 function integerValue(value: Buffer): bigint | undefined {
   const text = value.toString('latin1');
@@ -387,84 +384,24 @@ function integerValue(value: Buffer): bigint | undefined {
 // ---------------------------------------------------------------------------------------------
 
 /**
- * What a lock key stands for. Stalwart's keys are decoded: task lock `0x17` + u64 BE task id
- * ("task 1234"), queue message lock `0x15` + u64 BE queue id + 8-byte queue name
- * ('queue message 42 in queue "local"'); any other rule's keys are described by the rule name.
+ * What a lock key stands for, from the `describe:` of the rules that match it (task 1234, queue
+ * message 42 in queue "local", ...). A key that rules of several release lines match (a 9-byte
+ * task lock of 0.16 can also read as a Bayes task of 0.11-0.14) gets each reading, joined by
+ * "or"; `--stalwart` narrows it to one. A key no rule describes is named by its rule.
  */
-export function describeLockKey(key: Buffer, ruleName: string): string {
-  if (ruleName === 'stalwart-task-lock' && key.length === 9 && key[0] === 0x17) {
-    return `task ${key.readBigUInt64BE(1)}`;
+export function describeLockKey(key: Buffer, rules: RuleSet): string {
+  const readings: string[] = [];
+  let first: Rule | undefined;
+  for (const rule of rules.rules) {
+    if (!ruleMatches(rule, key)) continue;
+    first ??= rule;
+    const fields = rule.describe === undefined || rule.key === undefined ? undefined : decodeLayout(rule.key, key);
+    if (fields === undefined || rule.describe === undefined) continue;
+    const reading = describeFields(rule.describe, fields);
+    if (!readings.includes(reading)) readings.push(reading);
   }
-  if (ruleName === 'stalwart-queue-lock' && key.length === 17 && key[0] === 0x15) {
-    let end = 17;
-    while (end > 9 && key[end - 1] === 0) end--;
-    let start = 9;
-    while (start < end && key[start] === 0) start++;
-    const name = escapeKey(key.subarray(start, end)).replaceAll('"', '\\x22');
-    return `queue message ${key.readBigUInt64BE(1)} in queue "${name}"`;
-  }
-  return ruleName;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Escaping keys
-// ---------------------------------------------------------------------------------------------
-
-/**
- * describeKey's format (printable ASCII as is, every other byte and `\` as \xNN) without its
- * 64-byte cut, so any printed key can be given back to --release. Equal to describeKey for keys
- * of up to 64 bytes.
- */
-export function escapeKey(key: Uint8Array): string {
-  let text = '';
-  for (const byte of key) {
-    if (byte >= 0x20 && byte < 0x7f && byte !== 0x5c) text += String.fromCharCode(byte);
-    else text += '\\x' + byte.toString(16).padStart(2, '0');
-  }
-  return text;
-}
-
-/**
- * The inverse of describeKey (and escapeKey): `\xNN` is the byte NN, printable ASCII stands for
- * itself. For convenience, other characters stand for their UTF-8 bytes. Throws on a `\` that does
- * not start `\xNN`, and on describeKey's cut-short form (`...(+N bytes)` after 64 bytes).
- */
-export function unescapeKey(text: string): Buffer {
-  const bytes: number[] = [];
-  for (let i = 0; i < text.length; ) {
-    const code = text.charCodeAt(i);
-    if (code === 0x5c) {
-      const hex = /^\\x([0-9a-fA-F]{2})/.exec(text.slice(i, i + 4));
-      if (hex === null) {
-        throw new Error(
-          `invalid escape ${JSON.stringify(text.slice(i, i + 4))} at position ${i}: write bytes as \\xNN, and \\ itself as \\x5c`,
-        );
-      }
-      bytes.push(parseInt(hex[1], 16));
-      i += 4;
-    } else if (code >= 0x20 && code < 0x7f) {
-      bytes.push(code);
-      i += 1;
-    } else {
-      const char = String.fromCodePoint(text.codePointAt(i) ?? code);
-      bytes.push(...Buffer.from(char, 'utf8'));
-      i += char.length;
-    }
-  }
-  const key = Buffer.from(bytes);
-  const cut = /\.\.\.\(\+\d+ bytes\)$/.exec(text);
-  if (cut !== null && unescapeKeyLength(text.slice(0, cut.index)) === DESCRIBE_KEY_BYTES) {
-    throw new Error(`${JSON.stringify(text)} is a key cut short for a log line; give the whole key`);
-  }
-  return key;
-}
-
-function unescapeKeyLength(text: string): number {
-  try {
-    return unescapeKey(text).length;
-  } catch {
-    return -1;
-  }
+  if (readings.length > 0) return readings.join(' or ');
+  return first?.name ?? 'no rule names this key';
 }
 
 function unescapeKeyArgument(text: string): Buffer {
@@ -561,14 +498,10 @@ async function releaseNamed(redis: Redis, rules: RuleSet, keys: Buffer[], option
       });
       continue;
     }
-    const [row] = await readBatch(redis, [{ key, rule }]);
+    const [row] = await readBatch(redis, rules, [{ key, rule }]);
     if (row === undefined) {
-      out(`not found ${shown} (${describeLockKey(key, rule.name)}): nothing to delete`, {
-        action: 'not-found',
-        key: shown,
-        rule: rule.name,
-        what: describeLockKey(key, rule.name),
-      });
+      const what = describeLockKey(key, rules);
+      out(`not found ${shown} (${what}): nothing to delete`, { action: 'not-found', key: shown, rule: rule.name, what });
       continue;
     }
     out(`will delete ${shown}: ${rowSummary(row)}`, { action: 'will-delete', ...rowJson(row) });

@@ -1,9 +1,11 @@
 /**
- * `redis-lock-proxy verify --via HOST:PORT [--rules PATH]... [--timeout-ms N]`
+ * `redis-lock-proxy verify --via HOST:PORT [--rules PATH]... [--stalwart VERSION] [--timeout-ms N]`
  *
  * Proves, through a running proxy, that each enforce-mode rule's keys get the fix: on a scratch
  * key the rule matches, a first lock attempt sets the expiry, and a second attempt (a "loser")
- * leaves the expiry where it was instead of re-arming it. Talks to HOST:PORT exactly as an
+ * leaves the expiry where it was instead of re-arming it. With `--stalwart VERSION` the rules are
+ * that release's, so the scratch keys have its real key shapes, one per lock kind; a release
+ * without the bug is said to be so, and nothing is touched. Talks to HOST:PORT exactly as an
  * application would (ioredis, `multi().incrby().expire().exec()`), so it fails when the client is
  * not really going through the proxy, or the proxy does not load the rule in enforce mode.
  *
@@ -11,14 +13,20 @@
  * usage errors exit 2. Nothing else unless `--verbose`, so it fits a readiness probe or CI step.
  *
  * Scratch keys are deleted afterwards (also on failure), and they carry a 60 s expiry from the
- * first attempt, so even a verify killed half-way leaves nothing behind for long.
+ * first attempt, so even a verify killed half-way leaves nothing behind for long. Their integer
+ * fields are drawn from the top half of their range, where no real id or time lies. A rule whose
+ * key has no variable part (Stalwart's migration core lock) has only the live lock as its key:
+ * it is listed, never touched.
  */
 import { randomBytes } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
-import { DEFAULT_RULES_DIR, parseListen, type ListenAddress } from '../config.js';
-import { describeKey } from '../log.js';
+import { chooseRulesFromEnv, parseListen, type ListenAddress, type RuleChoice } from '../config.js';
+import { describeKey } from '../key-text.js';
+import { buildKey, type KeyLayout } from '../rules/key-layout.js';
 import { loadRules } from '../rules/loader.js';
+import { stalwartRelease } from '../rules/stalwart.js';
+import { releasesText } from '../rules/store.js';
 import type { Rule, RuleSet } from '../rules/types.js';
 
 /** What a subcommand gets from the CLI dispatcher. */
@@ -40,7 +48,11 @@ Options:
   --via HOST:PORT       the proxy to test, as applications reach it (required)
   --rules PATH          rule file or directory, as given to the proxy; repeatable
                         [REDIS_LOCK_PROXY_RULES, comma-separated]
-                        (default: the rules/ directory shipped with the proxy)
+                        (default: the shipped rules, every affected Stalwart
+                        release)
+  --stalwart VERSION    verify with the lock kinds of this Stalwart release,
+                        e.g. 0.15.3, on its real key shapes; says so when the
+                        release does not have the bug [REDIS_LOCK_PROXY_STALWART]
   --timeout-ms N        give up after N ms in all (default 5000)
   --user NAME           AUTH user, if the Redis behind the proxy wants one from
                         the client [REDIS_LOCK_PROXY_VERIFY_USER]
@@ -61,7 +73,9 @@ const KEY_ROUNDS = 3;
 interface VerifyOptions {
   via: ListenAddress;
   viaText: string;
-  rulePaths: string[];
+  rules: RuleChoice;
+  /** --stalwart names a release without the bug: why, and nothing is verified. */
+  notAffected: string | undefined;
   timeoutMs: number;
   username: string | undefined;
   password: string | undefined;
@@ -92,16 +106,22 @@ export async function run(argv: string[], io: Io): Promise<number> {
     io.stdout(VERIFY_USAGE);
     return 0;
   }
+  if (options.notAffected !== undefined) {
+    io.stdout(`verify: OK: ${options.notAffected}; nothing to verify\n`);
+    return 0;
+  }
 
   let rules: RuleSet;
   try {
-    rules = loadRules(options.rulePaths);
+    rules = loadRules(options.rules.paths, options.rules.release);
   } catch (error) {
     io.stderr(`redis-lock-proxy verify: ${(error as Error).message}\n`);
     return 2;
   }
 
-  const enforce = rules.rules.filter((rule) => rule.mode === 'enforce');
+  // A fixed key is a live lock: verify never takes it, even for a moment.
+  const untouched = rules.rules.filter((rule) => rule.mode === 'enforce' && isFixedKey(rule.key));
+  const enforce = rules.rules.filter((rule) => rule.mode === 'enforce' && !untouched.includes(rule));
   const observe = rules.rules.filter((rule) => rule.mode === 'observe');
   const where = options.viaText;
   if (enforce.length === 0) {
@@ -120,11 +140,15 @@ export async function run(argv: string[], io: Io): Promise<number> {
   );
   if (outcome.kind === 'ok') {
     for (const rule of observe) verbose(`rule ${rule.name}: observe (not verified)`);
+    for (const rule of untouched) verbose(`rule ${rule.name}: its only key is a live lock (not touched)`);
     const observed =
       observe.length > 0 ? `; observe (not verified): ${observe.map((r) => r.name).join(', ')}` : '';
+    const fixed =
+      untouched.length > 0 ? `; fixed key, not touched: ${untouched.map((r) => r.name).join(', ')}` : '';
+    const releases = releasesText(rules);
     io.stdout(
-      `verify: OK: ${enforce.length} rule(s) enforce the fix through ${where} ` +
-        `(${enforce.map((r) => r.name).join(', ')})${observed}\n`,
+      `verify: OK: ${enforce.length} rule(s) enforce the fix through ${where}` +
+        `${releases === '' ? '' : ` for ${releases}`} (${enforce.map((r) => r.name).join(', ')})${observed}${fixed}\n`,
     );
     return 0;
   }
@@ -146,6 +170,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
       options: {
         via: { type: 'string' },
         rules: { type: 'string', multiple: true },
+        stalwart: { type: 'string' },
         'timeout-ms': { type: 'string' },
         user: { type: 'string' },
         password: { type: 'string' },
@@ -165,18 +190,19 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
   if (!/^\d{1,7}$/.test(timeoutText) || Number(timeoutText) < 1) {
     throw new UsageError(`--timeout-ms must be an integer from 1 to 9999999, got "${timeoutText}"`);
   }
-  const envRules = env.REDIS_LOCK_PROXY_RULES?.split(',')
-    .map((p) => p.trim())
-    .filter((p) => p !== '');
   const username = values.user ?? nonEmpty(env.REDIS_LOCK_PROXY_VERIFY_USER);
   const password = values.password ?? nonEmpty(env.REDIS_LOCK_PROXY_VERIFY_PASSWORD);
   if (username !== undefined && password === undefined) {
     throw new UsageError('--user needs --password (or REDIS_LOCK_PROXY_VERIFY_PASSWORD)');
   }
+  const stalwart = values.stalwart ?? nonEmpty(env.REDIS_LOCK_PROXY_STALWART);
+  const release = stalwart === undefined ? undefined : stalwartRelease(stalwart);
+  const notAffected = release?.kind === 'not-affected' ? release.reason : undefined;
   return {
     via,
     viaText: via.host.includes(':') ? `[${via.host}]:${via.port}` : `${via.host}:${via.port}`,
-    rulePaths: values.rules ?? (envRules !== undefined && envRules.length > 0 ? envRules : [DEFAULT_RULES_DIR]),
+    rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRulesFromEnv(values.rules, stalwart, env),
+    notAffected,
     timeoutMs: Number(timeoutText),
     username,
     password,
@@ -420,12 +446,27 @@ async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule, slots:
   throw new RuleFailure(rule.name, 'cannot build a scratch key: every candidate key already exists (or, in a cluster, is served elsewhere)');
 }
 
+/** A layout without a variable part has one key only: the live lock itself. */
+function isFixedKey(layout: KeyLayout | undefined): boolean {
+  return layout !== undefined && layout.parts.every((part) => part.type === 'literal');
+}
+
 /**
- * A key this rule (and no earlier rule) matches: the prefix plus filler that says what it is
- * ("rlp-verify" cut to fit) and a random part, or failing that, filler of other kinds and lengths.
- * Exported for tests.
+ * A key this rule (and no earlier rule) matches. For a rule with a key layout: the layout with
+ * random values far from real ones (see scratchValue). Otherwise the prefix plus filler that says
+ * what it is ("rlp-verify" cut to fit) and a random part, or failing that, filler of other kinds
+ * and lengths. Exported for tests.
  */
 export function scratchKeyFor(rules: RuleSet, rule: Rule): Buffer | undefined {
+  const layout = rule.key;
+  if (layout !== undefined) {
+    for (let round = 0; round < KEY_ROUNDS; round++) {
+      const values = new Map(layout.parts.flatMap((part) => (part.type === 'literal' ? [] : [[part.name, scratchValue(part.type, part.length)] as const])));
+      const key = buildKey(layout, values);
+      if (rules.match(key) === rule) return key;
+    }
+    return undefined;
+  }
   const lengths = [16, ...Array.from({ length: MAX_FILLER_BYTES }, (_, i) => i + 1).filter((n) => n !== 16)];
   for (let round = 0; round < KEY_ROUNDS; round++) {
     for (const fill of [taggedFiller, digitFiller, letterFiller, byteFiller]) {
@@ -436,6 +477,28 @@ export function scratchKeyFor(rules: RuleSet, rule: Rule): Buffer | undefined {
     }
   }
   return undefined;
+}
+
+/**
+ * A field value for a scratch key: integers in the top half of their range (no real id, account
+ * number or time is there), a domain under .invalid (RFC 2606), bytes saying "rlp-verify".
+ */
+function scratchValue(type: Exclude<KeyLayout['parts'][number]['type'], 'literal'>, length: number): bigint | Buffer {
+  const random = (bits: number) => BigInt(`0x${randomBytes(bits / 8).toString('hex')}`);
+  switch (type) {
+    case 'u8':
+      return 0x80n | random(8);
+    case 'u32':
+    case 'leb128':
+    case 'decimal':
+      return (1n << 31n) | random(32);
+    case 'u64':
+      return (1n << 63n) | random(64);
+    case 'domain':
+      return Buffer.from(`${SCRATCH_TAG}-${randomBytes(4).toString('hex')}.invalid`);
+    case 'bytes':
+      return taggedFiller(length);
+  }
 }
 
 /** "rlp-verify" (cut so at least 4 bytes stay random) + random lowercase letters and digits. */

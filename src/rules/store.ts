@@ -7,7 +7,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Logger } from '../log.js';
 import type { Stats } from '../stats.js';
-import { loadRules } from './loader.js';
+import { loadRules, type ReleaseFilter } from './loader.js';
+import { compareVersions, formatRange } from './releases.js';
 import type { RuleSet } from './types.js';
 
 /** Several editors write a file in more than one step: wait for the writes to settle. */
@@ -23,8 +24,9 @@ export class RuleStore {
     private readonly paths: readonly string[],
     private readonly log: Logger,
     private readonly stats: Stats,
+    private readonly release?: ReleaseFilter,
   ) {
-    this.rules = loadRules([...paths]);
+    this.rules = loadRules(paths, release);
   }
 
   get current(): RuleSet {
@@ -34,10 +36,10 @@ export class RuleStore {
   /** Re-reads the rule files. Returns true when the new rules are in force. */
   reload(trigger: string): boolean {
     try {
-      const next = loadRules([...this.paths]);
+      const next = loadRules(this.paths, this.release);
       this.rules = next;
       this.stats.ruleReloads++;
-      this.log.info({ trigger, ruleFiles: next.files, rules: next.rules.map((r) => `${r.name} (${r.mode})`) }, 'rules reloaded');
+      this.log.info({ trigger, ...describeRules(next) }, 'rules reloaded');
       return true;
     } catch (err) {
       this.stats.ruleReloadFailures++;
@@ -75,6 +77,23 @@ export class RuleStore {
     for (const watcher of this.watchers) watcher.close();
     this.watchers = [];
   }
+}
+
+/** What a log line says of the rules in force: files, the releases they are for, and each rule. */
+export function describeRules(rules: RuleSet, globalMode: 'enforce' | 'observe' = 'enforce'): Record<string, unknown> {
+  return {
+    ruleFiles: rules.files,
+    releases: releasesText(rules),
+    rules: rules.rules.map((r) => `${r.name} (${globalMode === 'observe' ? 'observe' : r.mode})`),
+  };
+}
+
+/** The releases the rule files name, oldest first, e.g. "Stalwart 0.8.1 - 0.10.7, ..."; "" for none. */
+export function releasesText(rules: RuleSet): string {
+  return [...rules.releases]
+    .sort((a, b) => a.product.localeCompare(b.product) || compareVersions(a.first, b.first))
+    .map(formatRange)
+    .join(', ');
 }
 
 function isDirectory(p: string): boolean {

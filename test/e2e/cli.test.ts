@@ -15,7 +15,9 @@ import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
 const VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-const DEFAULT_RULE_FILE = path.join(ROOT, 'rules', 'stalwart.yaml');
+const SHIPPED = path.join(ROOT, 'rules', 'stalwart');
+const SHIPPED_FILES = ['0.11', '0.12.5', '0.12', '0.13', '0.15', '0.16', '0.8'].map((line) => path.join(SHIPPED, `${line}.yaml`));
+const STALWART_016 = path.join(SHIPPED, '0.16.yaml');
 
 let redis: RedisServer;
 let tmp: string;
@@ -80,12 +82,16 @@ describe('running', () => {
         level: 30,
         listen: `127.0.0.1:${port}`,
         upstream: redis.url,
-        ruleFiles: [DEFAULT_RULE_FILE],
-        rules: ['stalwart-task-lock (enforce)', 'stalwart-queue-lock (enforce)'],
-        enforce: 2,
+        ruleFiles: SHIPPED_FILES,
+        releases:
+          'Stalwart 0.8.1 - 0.10.7, Stalwart 0.11.0 - 0.11.8, Stalwart 0.12.0 - 0.12.4, Stalwart 0.12.5, ' +
+          'Stalwart 0.13.0 - 0.14.1, Stalwart 0.15.0 - 0.15.5, Stalwart 0.16.0 - 0.16.15',
+        enforce: 19,
         observe: 0,
         version: VERSION,
       });
+      expect(ready.rules).toContain('stalwart-task-lock (enforce)');
+      expect(ready.rules).toContain('stalwart-migration-core-lock (enforce)');
 
       const task = taskLockKey(0x0a0d2an);
       expect(await exchange(port, lockAttempt(task, 3600), 4)).toBe(attemptReplies(1, 1));
@@ -116,7 +122,7 @@ describe('running', () => {
       cleanEnv({
         REDIS_LOCK_PROXY_LISTEN: `127.0.0.1:${port}`,
         REDIS_LOCK_PROXY_UPSTREAM: `${redis.url}/5`,
-        REDIS_LOCK_PROXY_RULES: `${rules},${DEFAULT_RULE_FILE}`,
+        REDIS_LOCK_PROXY_RULES: `${rules},${STALWART_016}`,
         REDIS_LOCK_PROXY_HOLD_MS: '20',
         REDIS_LOCK_PROXY_LOG_LEVEL: 'debug',
       }),
@@ -126,7 +132,8 @@ describe('running', () => {
       expect(ready).toMatchObject({
         listen: `127.0.0.1:${port}`,
         upstream: `${redis.url}/5`,
-        ruleFiles: [rules, DEFAULT_RULE_FILE],
+        ruleFiles: [rules, STALWART_016],
+        releases: 'Stalwart 0.16.0 - 0.16.15',
         rules: ['env-lock (enforce)', 'env-watch (observe)', 'stalwart-task-lock (enforce)', 'stalwart-queue-lock (enforce)'],
         enforce: 3,
         observe: 1,
@@ -139,6 +146,26 @@ describe('running', () => {
       cli.kill('SIGINT');
       expect((await cli.exited).code).toBe(0);
     } finally {
+      await cli.stop();
+    }
+  });
+
+  it('--stalwart loads the rules of that release only, and says so', async () => {
+    const port = await freePort();
+    const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off', '--stalwart', '0.12.5'], cleanEnv());
+    try {
+      expect(await cli.waitForLog('redis-lock-proxy listening')).toMatchObject({
+        ruleFiles: [path.join(SHIPPED, '0.12.5.yaml')],
+        releases: 'Stalwart 0.12.5',
+        enforce: 13,
+      });
+      const purge = Buffer.from([0x14, 0, 0, 0, 9]);
+      expect(await exchange(port, Buffer.concat([lockAttempt(purge, 3600), lockAttempt(purge, 3600)]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+      // Not a lock of 0.12.5: a 0.16 task lock goes through as sent (the loser re-arms it).
+      const task = taskLockKey(77n);
+      expect(await exchange(port, Buffer.concat([lockAttempt(task, 3600), lockAttempt(task, 3600)]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 1));
+    } finally {
+      cli.kill('SIGTERM');
       await cli.stop();
     }
   });
@@ -186,6 +213,22 @@ describe('startup failures', () => {
     expect(exit.stdout).toBe('');
     expect(exit.stderr).toContain(`redis-lock-proxy: ${file}: rule 2 ("unquoted-hex"): field "prefix_hex": `);
     expect(exit.stderr).toContain('prefix_hex: "17"'); // the hint
+  });
+
+  it('--stalwart with a release that has no bug, or no release at all: exit 2, saying why', async () => {
+    const fixed = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url, '--stalwart', '0.16.16']);
+    expect(fixed.code).toBe(2);
+    expect(fixed.stderr).toBe(
+      'redis-lock-proxy: stalwart: Stalwart 0.16.16 is not affected: from 0.16.16 on it takes its locks with SET NX EX, ' +
+        'whose expiry a failed attempt does not push forward; there are no lock rules to load for it (give the release of the oldest node still running)\n',
+    );
+    const vague = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url], { REDIS_LOCK_PROXY_STALWART: '0.15' });
+    expect(vague.code).toBe(2);
+    expect(vague.stderr).toContain('"0.15" is not a Stalwart release number: give all three parts, e.g. 0.15.3');
+    const own = writeTmp('own-only.yaml', 'rules:\n  - name: own\n    prefix: "a:"\n');
+    const none = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url, '--rules', own, '--stalwart', '0.15.1']);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toBe(`redis-lock-proxy: ${own}: no rule file here is for Stalwart 0.15.1 (no file names its releases)\n`);
   });
 
   it('a rule file that is not valid YAML: exit 2, naming the file', async () => {

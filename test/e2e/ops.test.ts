@@ -15,20 +15,19 @@ import path from 'node:path';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { describeKey } from '../../src/log.js';
+import { describeKey, escapeKey, unescapeKey } from '../../src/key-text.js';
 import {
   connectionOptions,
   deleteUnchanged,
   describeLockKey,
-  escapeKey,
   globPatternFor,
   listLocks,
   run as locks,
-  unescapeKey,
 } from '../../src/ops/locks.js';
 import { run as verify, type Io } from '../../src/ops/verify.js';
 import { loadRules } from '../../src/rules/loader.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
+import { releasesText } from '../../src/rules/store.js';
 import { STALWART_RULES, startTestProxy, TEST_RULES, type TestProxy } from '../support/proxy.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
 import { RawClient } from '../support/resp.js';
@@ -128,11 +127,14 @@ describe('verify', () => {
   it('passes through the proxy with the shipped Stalwart rules: one line, exit 0, no keys left', async () => {
     const before = await adminInt('DBSIZE');
     const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`]);
-    expect(result).toEqual({
-      code: 0,
-      stdout: `verify: OK: 2 rule(s) enforce the fix through 127.0.0.1:${proxy.port} (stalwart-task-lock, stalwart-queue-lock)\n`,
-      stderr: '',
-    });
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    const shipped = loadRules([STALWART_RULES]).rules.map((rule) => rule.name);
+    const verified = shipped.filter((name) => name !== 'stalwart-migration-core-lock');
+    expect(result.stdout).toBe(
+      `verify: OK: ${verified.length} rule(s) enforce the fix through 127.0.0.1:${proxy.port} for ${releasesText(loadRules([STALWART_RULES]))} ` +
+        `(${verified.join(', ')}); fixed key, not touched: stalwart-migration-core-lock\n`,
+    );
     expect(await adminInt('DBSIZE')).toBe(before);
   });
 
@@ -154,8 +156,7 @@ describe('verify', () => {
       REDIS_LOCK_PROXY_RULES: `${STALWART_RULES},${testRulesFile}`,
     });
     expect(result.code).toBe(0);
-    expect(result.stdout).toContain('3 rule(s) enforce the fix');
-    expect(result.stdout).toContain('(stalwart-task-lock, stalwart-queue-lock, test-lock)');
+    expect(result.stdout).toMatch(/^verify: OK: 19 rule\(s\) enforce the fix .*\(stalwart-purge-account, .*, stalwart-purge-account-text, test-lock\)/);
   });
 
   it('fails directly against Redis: the second attempt re-armed the expiry', async () => {
@@ -165,7 +166,7 @@ describe('verify', () => {
     expect(result.stdout).toBe('');
     expect(lines(result.stderr)).toHaveLength(1);
     expect(result.stderr).toMatch(
-      /^verify: FAILED: rule stalwart-task-lock: second attempt re-armed the expiry \(pttl (\d+) ms\): is the client really going through redis-lock-proxy/,
+      /^verify: FAILED: rule stalwart-purge-account: second attempt re-armed the expiry \(pttl (\d+) ms\): is the client really going through redis-lock-proxy/,
     );
     const pttl = Number(/pttl (\d+) ms/.exec(result.stderr)?.[1]);
     expect(pttl).toBeGreaterThan(55_000);
@@ -212,7 +213,7 @@ describe('verify', () => {
       expect(result.code).toBe(1);
       expect(lines(result.stderr)).toHaveLength(1);
       expect(result.stderr).toMatch(
-        new RegExp(`^verify: FAILED: (rule stalwart-task-lock: )?(connection to 127\\.0\\.0\\.1:${port} failed: Protocol error|cannot connect)`),
+        new RegExp(`^verify: FAILED: (rule stalwart-purge-account: )?(connection to 127\\.0\\.0\\.1:${port} failed: Protocol error|cannot connect)`),
       );
     } finally {
       await new Promise((resolve) => http.close(resolve));
@@ -223,7 +224,7 @@ describe('verify', () => {
       const result = await runOp(verify, ['--via', `127.0.0.1:${orphan.port}`]);
       expect(result.code).toBe(1);
       expect(result.stderr).toMatch(
-        /^verify: FAILED: rule stalwart-task-lock: ERR redis-lock-proxy: upstream redis:\/\/127\.0\.0\.1:\d+ is unreachable: connect ECONNREFUSED/,
+        /^verify: FAILED: rule stalwart-purge-account: ERR redis-lock-proxy: upstream redis:\/\/127\.0\.0\.1:\d+ is unreachable: connect ECONNREFUSED/,
       );
     } finally {
       await orphan.close();
@@ -231,15 +232,13 @@ describe('verify', () => {
   });
 
   it('--verbose prints each step, with the scratch keys', async () => {
-    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--verbose', '--rules', STALWART_RULES]);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--verbose', '--rules', testRulesFile]);
     expect(result.code).toBe(0);
     const out = lines(result.stdout);
-    expect(out.at(-1)).toMatch(/^verify: OK: 2 rule\(s\)/);
-    expect(out).toContainEqual(expect.stringMatching(/^verify: rule stalwart-task-lock: scratch key \\x17rlp-[a-z0-9]{4}$/));
-    expect(out).toContainEqual(expect.stringMatching(/^verify: rule stalwart-queue-lock: scratch key \\x15rlp-verify[a-z0-9]{6}$/));
-    expect(out).toContainEqual(
-      expect.stringMatching(/^verify: rule stalwart-task-lock: attempt 2: counter 2, expiry applied 0, pttl \d+ ms$/),
-    );
+    expect(out.at(-1)).toMatch(/^verify: OK: 1 rule\(s\)/);
+    expect(out).toContainEqual(expect.stringMatching(/^verify: rule test-lock: scratch key lock:rlp-verify[a-z0-9]{6}$/));
+    expect(out).toContainEqual(expect.stringMatching(/^verify: rule test-lock: attempt 2: counter 2, expiry applied 0, pttl \d+ ms$/));
+    expect(out).toContainEqual('verify: rule test-observe: observe (not verified)');
   });
 
   it('fails a rule it cannot build a scratch key for', async () => {
@@ -320,7 +319,7 @@ describe('verify', () => {
       const via = `127.0.0.1:${securedProxy.port}`;
       const without = await runOp(verify, ['--via', via]);
       expect(without.code).toBe(1);
-      expect(without.stderr).toMatch(/^verify: FAILED: rule stalwart-task-lock: NOAUTH.*--password/);
+      expect(without.stderr).toMatch(/^verify: FAILED: rule stalwart-purge-account: NOAUTH.*--password/);
 
       const flag = await runOp(verify, ['--via', via, '--password', 's3cret']);
       expect(flag.code).toBe(0);
@@ -330,7 +329,7 @@ describe('verify', () => {
       expect(user.code).toBe(0);
       const wrong = await runOp(verify, ['--via', via, '--password', 'nope']);
       expect(wrong.code).toBe(1);
-      expect(wrong.stderr).toMatch(/^verify: FAILED: rule stalwart-task-lock: connection to 127\.0\.0\.1:\d+ failed: WRONGPASS .*--password/);
+      expect(wrong.stderr).toMatch(/^verify: FAILED: rule stalwart-purge-account: connection to 127\.0\.0\.1:\d+ failed: WRONGPASS .*--password/);
       expect(await runOp(verify, ['--via', via, '--user', 'someone'])).toMatchObject({ code: 2 });
     });
   });
@@ -349,7 +348,7 @@ describe('locks', () => {
   /** Every glob special character and CR LF NUL in a task id. */
   const awkward = taskLockKey(0x0d0a005c2a3f5b5dn);
   const rateLimit = Buffer.concat([Buffer.from([0x02]), Buffer.from('12345678')]);
-  const shortTask = Buffer.from([0x17, 1, 2, 3]); // a 0x17 key that is not a task lock
+  const shortTask = Buffer.from([0x17, 9, 2, 3]); // a 0x17 key that no release uses for a lock
 
   let upstreamArgs: string[];
 
@@ -675,19 +674,21 @@ describe('unescapeKey', () => {
 });
 
 describe('describeLockKey', () => {
+  const shipped = loadRules([STALWART_RULES]);
   it('decodes Stalwart task and queue lock keys', () => {
-    expect(describeLockKey(taskLockKey(1234n), 'stalwart-task-lock')).toBe('task 1234');
-    expect(describeLockKey(taskLockKey(2n ** 64n - 1n), 'stalwart-task-lock')).toBe('task 18446744073709551615');
-    expect(describeLockKey(queueLockKey(42n, 'local'), 'stalwart-queue-lock')).toBe('queue message 42 in queue "local"');
-    expect(describeLockKey(queueLockKey(7n, 'remote12'), 'stalwart-queue-lock')).toBe('queue message 7 in queue "remote12"');
-    expect(describeLockKey(queueLockKey(7n, ''), 'stalwart-queue-lock')).toBe('queue message 7 in queue ""');
+    expect(describeLockKey(taskLockKey(1234n), shipped)).toBe('task 1234');
+    expect(describeLockKey(taskLockKey(2n ** 64n - 1n), shipped)).toBe('task 18446744073709551615');
+    expect(describeLockKey(queueLockKey(42n, 'local'), shipped)).toBe('queue message 42 in queue "local"');
+    expect(describeLockKey(queueLockKey(7n, 'remote12'), shipped)).toBe('queue message 7 in queue "remote12"');
+    expect(describeLockKey(queueLockKey(7n, ''), shipped)).toBe('queue message 7 in queue ""');
     const odd = Buffer.concat([queueLockKey(9n, '').subarray(0, 9), Buffer.from([0x61, 0x22, 0x0a, 0x00, 0x5c, 0xff, 0, 0])]);
-    expect(describeLockKey(odd, 'stalwart-queue-lock')).toBe('queue message 9 in queue "a\\x22\\x0a\\x00\\x5c\\xff"');
+    expect(describeLockKey(odd, shipped)).toBe('queue message 9 in queue "a\\x22\\x0a\\x00\\x5c\\xff"');
   });
 
-  it('describes any other key by its rule name', () => {
-    expect(describeLockKey(Buffer.from('lock:x'), 'test-lock')).toBe('test-lock');
-    expect(describeLockKey(Buffer.from([0x17, 1]), 'stalwart-task-lock')).toBe('stalwart-task-lock');
+  it('describes a key of a rule without describe: by the rule name', () => {
+    const rules = loadRules([testRulesFile]);
+    expect(describeLockKey(Buffer.from('lock:x'), rules)).toBe('test-lock');
+    expect(describeLockKey(Buffer.from('other'), rules)).toBe('no rule names this key');
   });
 });
 

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import type { ListenerTls, UpstreamTls } from '../../src/config.js';
+import { chooseRules, type ListenerTls, type UpstreamTls } from '../../src/config.js';
 import { RuleStore } from '../../src/rules/store.js';
 import { startProxy, type ProxyServer } from '../../src/server.js';
 import type { ProxyContext } from '../../src/session.js';
@@ -18,7 +18,8 @@ import { UpstreamConnector } from '../../src/upstream/connect.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
 import { freePortRange } from './redis.js';
 
-export const STALWART_RULES = path.resolve(import.meta.dirname, '../../rules/stalwart.yaml');
+/** The shipped rules: every affected Stalwart release line. */
+export const STALWART_RULES = path.resolve(import.meta.dirname, '../../rules/stalwart');
 
 /** Rules for tests: Stalwart's, plus text prefixes `lock:` (enforce) and `watch:` (observe). */
 export const TEST_RULES = `rules:
@@ -56,10 +57,12 @@ export interface TestProxyOptions {
   listenerTls?: ListenerTls;
   /** Cluster mode: --cluster-announce-host. */
   announceHost?: string;
+  /** --stalwart: load only the rule files for this release. */
+  stalwart?: string;
 }
 
 /** Rule files in a temporary directory, and a logger whose lines the test can read. */
-function testSetup(opts: Pick<TestProxyOptions, 'rules'>) {
+function testSetup(opts: Pick<TestProxyOptions, 'rules' | 'stalwart'>) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-rules-'));
   const files = (opts.rules ?? [TEST_RULES]).map((text, i) => {
     const file = path.join(dir, `${i}.yaml`);
@@ -75,7 +78,8 @@ function testSetup(opts: Pick<TestProxyOptions, 'rules'>) {
   });
   const log = pino({ level: 'debug' }, sink);
   const stats = new Stats();
-  const rules = new RuleStore(opts.rules === undefined ? [STALWART_RULES, ...files] : files, log, stats);
+  const choice = chooseRules(opts.rules === undefined ? [STALWART_RULES, ...files] : files, opts.stalwart);
+  const rules = new RuleStore(choice.paths, log, stats, choice.release);
   const contextFor = (upstream: UpstreamConnector, o: TestProxyOptions, nodes: NodeDirectory | null = null): ProxyContext => ({
     upstream,
     rules: () => rules.current,

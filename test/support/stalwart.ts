@@ -21,9 +21,9 @@ export function queueLockKey(id: bigint, name: string): Buffer {
   return key;
 }
 
-/** `MULTI / INCRBY key 1 / EXPIRE key seconds / EXEC` as redis-rs writes it: one buffer. */
-export function lockAttempt(key: Buffer | string, seconds: number): Buffer {
-  return Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, String(seconds)), cmd('EXEC')]);
+/** `MULTI / INCRBY key <delta> / EXPIRE key seconds / EXEC` as redis-rs writes it: one buffer. */
+export function lockAttempt(key: Buffer | string, seconds: number, delta: bigint | number = 1): Buffer {
+  return Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, String(delta)), cmd('EXPIRE', key, String(seconds)), cmd('EXEC')]);
 }
 
 /** The four replies of an attempt: `+OK +QUEUED +QUEUED *2 :<counter> :<expired>`. */
