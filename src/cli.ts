@@ -48,6 +48,7 @@ async function run(config: Config): Promise<void> {
   const stats = new Stats();
   const rules = new RuleStore(config.rulePaths, log, stats, config.release);
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
+  for (const warning of config.warnings) log.warn(warning);
   const sentinel = await startSentinel(config, log);
   const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
     upstream,
@@ -55,7 +56,6 @@ async function run(config: Config): Promise<void> {
     mode: config.mode,
     holdMs: config.holdMs,
     connectTimeoutMs: config.connectTimeoutMs,
-    maxFrameBytes: config.maxFrameBytes,
     idleTimeoutMs: config.idleTimeoutMs,
     lockPipelining: config.lockPipelining,
     cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
@@ -103,6 +103,17 @@ async function run(config: Config): Promise<void> {
           throw new Error(`admin-listen ${config.adminListen?.host}:${config.adminListen?.port}: ${err.message} (another port, or --admin-listen off)`);
         });
 
+  // Every signal handler is in place before the proxy says it is listening: a supervisor may
+  // send SIGHUP or SIGTERM the moment it reads that line.
+  if (config.watchRules) rules.watch();
+  process.on('SIGHUP', () => rules.reload('SIGHUP'));
+  const shutdown = handleShutdownSignals(config, log, server, async () => {
+    rules.close();
+    await admin?.close();
+    await sentinel?.close();
+  });
+  stopWithLauncher(log, shutdown);
+
   const byMode = { enforce: 0, observe: 0 };
   for (const rule of rules.current.rules) byMode[config.mode === 'observe' ? 'observe' : rule.mode]++;
   log.info(
@@ -121,13 +132,6 @@ async function run(config: Config): Promise<void> {
     'redis-lock-proxy listening',
   );
 
-  if (config.watchRules) rules.watch();
-  process.on('SIGHUP', () => rules.reload('SIGHUP'));
-  handleShutdownSignals(config, log, server, async () => {
-    rules.close();
-    await admin?.close();
-    await sentinel?.close();
-  });
 }
 
 async function startCluster(
@@ -167,7 +171,13 @@ function withNodeListeners(seed: ProxyServer, cluster: ClusterManager): Pick<Pro
   };
 }
 
-function handleShutdownSignals(config: Config, log: Logger, server: Pick<ProxyServer, 'sessionCount' | 'shutdown'>, cleanup: () => Promise<void>): void {
+/** Installs the SIGTERM/SIGINT handlers; returns the shutdown they start, for other triggers. */
+function handleShutdownSignals(
+  config: Config,
+  log: Logger,
+  server: Pick<ProxyServer, 'sessionCount' | 'shutdown'>,
+  cleanup: () => Promise<void>,
+): (signal: string) => void {
   let stopping = false;
   const onSignal = (signal: string): void => {
     if (stopping) {
@@ -186,6 +196,28 @@ function handleShutdownSignals(config: Config, log: Logger, server: Pick<ProxySe
   };
   process.on('SIGTERM', () => onSignal('SIGTERM'));
   process.on('SIGINT', () => onSignal('SIGINT'));
+  return onSignal;
+}
+
+/** How often the parent process is looked for, when the proxy was started by npm. */
+const LAUNCHER_CHECK_MS = 1000;
+
+/**
+ * `npx redis-lock-proxy` (npm exec) runs the proxy as a child of npm, and a SIGTERM sent to npm
+ * does not reach it: npm exits and the proxy would go on, orphaned, holding its ports. So when
+ * npm started it, the proxy shuts down as on SIGTERM once its parent is gone. Services should
+ * start `node dist/cli.js` (or the installed command) directly, so that its PID is the proxy's.
+ */
+function stopWithLauncher(log: Logger, shutdown: (signal: string) => void): void {
+  if (process.env.npm_command === undefined) return;
+  const parent = process.ppid;
+  const timer = setInterval(() => {
+    if (process.ppid === parent) return;
+    clearInterval(timer);
+    log.warn({ launcher: `npm ${process.env.npm_command}`, parent }, 'the npm process that started the proxy is gone; shutting down');
+    shutdown('launcher exit');
+  }, LAUNCHER_CHECK_MS);
+  timer.unref();
 }
 
 interface Io {

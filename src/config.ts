@@ -71,7 +71,8 @@ export interface Config {
   readonly watchRules: boolean;
   readonly shutdownTimeoutMs: number;
   readonly maxConnections: number;
-  readonly maxFrameBytes: number;
+  /** Settings given that no longer do anything, with why: logged at start-up. */
+  readonly warnings: readonly string[];
   /** Close client connections idle this long; 0: never. */
   readonly idleTimeoutMs: number;
   readonly lockPipelining: boolean;
@@ -96,6 +97,8 @@ interface OptionSpec {
   readonly short?: string;
   /** Masked by --print-config. */
   readonly secret?: boolean;
+  /** Accepted, so that existing configurations keep working, but no longer used: why. */
+  readonly deprecated?: string;
   readonly min?: number;
   readonly max?: number;
 }
@@ -118,7 +121,13 @@ export const OPTIONS = {
   'watch-rules': { kind: 'boolean', default: false, help: 'reload the rules when a rule file changes (SIGHUP always reloads)' },
   'shutdown-timeout-ms': { kind: 'integer', default: 10_000, min: 0, max: 3_600_000, help: 'on SIGTERM/SIGINT, how long to wait for busy connections' },
   'max-connections': { kind: 'integer', default: 10_000, min: 1, max: 1_000_000, help: 'client connections at once; more are refused as Redis does' },
-  'max-frame-bytes': { kind: 'integer', default: 512 * 1024 * 1024, min: 1024, max: Number.MAX_SAFE_INTEGER, help: 'largest request (sum of its argument sizes)' },
+  'max-frame-bytes': {
+    kind: 'integer',
+    help: 'no longer used: requests stream to Redis, whose own limits apply',
+    deprecated:
+      'max-frame-bytes no longer applies: requests stream to Redis, whose own limits (proto-max-bulk-len, ' +
+      'client-query-buffer-limit) decide and answer; the proxy holds only lock blocks, a few KiB at most',
+  },
   'lock-pipelining': { kind: 'boolean', default: false, help: 'forward what follows a lock block without waiting for its script, once the script has worked on the connection' },
   'idle-timeout-ms': { kind: 'integer', default: 0, min: 0, max: 2_147_483_647, help: 'close client connections idle this long (0: never)' },
   'upstream-ca': { kind: 'string', help: 'CA certificate file (PEM) to verify a rediss:// upstream' },
@@ -429,7 +438,7 @@ function buildConfig(settings: RawSettings): Config {
     watchRules: boolean(settings, 'watch-rules'),
     shutdownTimeoutMs: integer(settings, 'shutdown-timeout-ms'),
     maxConnections: integer(settings, 'max-connections'),
-    maxFrameBytes: integer(settings, 'max-frame-bytes'),
+    warnings: deprecatedGiven(settings),
     idleTimeoutMs: integer(settings, 'idle-timeout-ms'),
     lockPipelining: boolean(settings, 'lock-pipelining'),
     upstreamTls,
@@ -437,6 +446,13 @@ function buildConfig(settings: RawSettings): Config {
     sentinel,
     cluster,
   };
+}
+
+/** Why each deprecated setting that was given does nothing. */
+function deprecatedGiven(settings: RawSettings): string[] {
+  return (Object.entries(OPTIONS) as Array<[OptionName, OptionSpec]>).flatMap(([name, spec]) =>
+    spec.deprecated !== undefined && settings[name] !== undefined ? [spec.deprecated] : [],
+  );
 }
 
 function buildClusterConfig(settings: RawSettings, seeds: UpstreamTarget[], listen: ListenAddress, withSentinel: boolean): ClusterConfig {

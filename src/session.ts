@@ -2,10 +2,12 @@
  * One client connection and its own upstream connection (1:1), and the glue
  * between them.
  *
- * Client to server: frames are scanned from their heads and forwarded as the
- * bytes that arrived, in order. A `MULTI` is held until it is clear whether
- * the block is a lock block a rule names; a complete one is replaced by one
- * script call, anything else is released verbatim.
+ * Client to server: bytes go upstream as they arrive, in order; frames are
+ * classified from their heads once those are complete, but forwarding never
+ * waits to learn them. The one exception is a `MULTI` that may start a lock
+ * block: its bytes (a few, which Redis would wait for too) and the block's are
+ * held until it is clear whether the block is one a rule names; a complete one
+ * is replaced by one script call, anything else is released verbatim.
  *
  * While the proxy's own command (the script, or AUTH/SELECT at connect) is in
  * flight, nothing after it is forwarded: client bytes wait. That keeps the
@@ -62,8 +64,6 @@ export interface ProxyContext {
   /** How long a held MULTI waits for the rest of its block after the client's last byte. */
   readonly holdMs: number;
   readonly connectTimeoutMs: number;
-  /** Largest request accepted (sum of its argument sizes). */
-  readonly maxFrameBytes: number;
   /** Close a client connection idle this long (0: never). */
   readonly idleTimeoutMs: number;
   /** Forward what follows a lock block without waiting for its script, once the script has worked on the connection. */
@@ -101,6 +101,7 @@ interface PendingBlock {
 }
 
 const REPLY = Buffer.from('reply');
+const MULTI = Buffer.from('MULTI');
 const ASKING = Buffer.from('*1\r\n$6\r\nASKING\r\n');
 const MULTI_OK = Buffer.from('+OK\r\n');
 const EXECABORT = Buffer.from('-EXECABORT Transaction discarded because of previous errors.\r\n');
@@ -124,11 +125,12 @@ export class Session {
   private connectStarted = 0;
   /** Shutting down: close as soon as nothing is in flight. */
   private draining = false;
-  /** A RESP error the proxy owes the client after Redis's last reply (e.g. a request over the size limit). */
-  private closingError: string | null = null;
 
   // Client to server.
-  /** Bytes of the current frame received in earlier chunks whose head is not known yet. */
+  /**
+   * Bytes of the current frame, from earlier chunks, kept back because they may still be a MULTI
+   * that starts a lock block (at most the 11 bytes before its last; any other frame is forwarded).
+   */
   private partial: Buffer[] = [];
   /** Bytes of the block being held, kept until the block is rewritten or released. */
   private held: Buffer[] = [];
@@ -181,7 +183,7 @@ export class Session {
   ) {
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
-    this.scanner = new RequestScanner(ctx.maxFrameBytes);
+    this.scanner = new RequestScanner();
     this.toClient = new WriteBatch(client, (bytes) => this.sendClient(bytes));
     // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
     if (ctx.rules().rules.length === 0 && !ctx.cluster) this.mode = Mode.Pipe;
@@ -288,7 +290,6 @@ export class Session {
   /** Redis closed its side: everything it sent has been passed on; then the client side closes. */
   private onUpstreamEnd(): void {
     this.redirects?.flush();
-    if (this.closingError !== null) this.client.write(this.closingError);
     this.endClient();
   }
 
@@ -412,7 +413,6 @@ export class Session {
 
   private onClientData(chunk: Buffer): void {
     this.ctx.stats.bytesFromClients += chunk.length;
-    if (this.closingError !== null) return; // refused: nothing more from this client is forwarded
     if (this.awaiting !== null) {
       this.stalled.push(chunk);
       return;
@@ -437,14 +437,6 @@ export class Session {
       pos = scanner.next(chunk, pos);
       const event = scanner.event;
       if (event === 0) break;
-      if (event & MALFORMED && scanner.tooLarge) {
-        // Everything before this request goes to Redis; the request itself stops here.
-        const before = chunk.subarray(from, Math.max(scanner.frameStart, from));
-        if (this.mode === Mode.Holding) this.held.push(before);
-        else this.writeUpstream(before);
-        this.refuseOversizedRequest();
-        return;
-      }
       if (event & MALFORMED) {
         this.log.debug({ reason: scanner.malformedReason }, 'malformed request: passing it to Redis unread');
         this.flushPending('malformed');
@@ -458,7 +450,7 @@ export class Session {
             this.release('not-a-lock-block');
             this.forwardFrame();
           }
-        } else if (this.canStartBlock() && BlockMatcher.isBlockStart(scanner)) {
+        } else if (this.canStartBlock() && BlockMatcher.isBlockStart(scanner) && this.frameKeptBack(scanner)) {
           from = this.startHolding(chunk, from);
         } else {
           this.flushPartial();
@@ -492,22 +484,38 @@ export class Session {
     this.endOfChunk(chunk, from);
   }
 
-  /** Puts the unprocessed tail of a chunk where it belongs: forwarded, held, or kept until its head is known. */
+  /**
+   * Puts the unprocessed tail of a chunk where it belongs: held (in a block), kept back (a frame
+   * that may still be a MULTI to hold), or forwarded. Redis would wait for the bytes of an
+   * unfinished MULTI or lock block too, so holding them delays nothing it would answer; any
+   * other unfinished frame goes upstream now, for Redis to answer as it does (for example the
+   * stricter limits for unauthenticated clients, which act on a request's first line).
+   */
   private endOfChunk(chunk: Buffer, from: number): void {
     if (from >= chunk.length) return;
+    const scanner = this.scanner;
     if (this.mode === Mode.Holding) {
       this.held.push(chunk.subarray(from));
+      if (scanner.awaitingHead && !this.matcher.couldStillAccept(scanner)) {
+        this.release('not-a-lock-block'); // this frame cannot be the block's next: nothing to wait for
+        return;
+      }
       if (this.holdTimer === undefined) this.startHoldTimer();
       return;
     }
-    if (this.scanner.awaitingHead) {
-      // The frame's head is incomplete: it could still turn out to be a MULTI to hold.
-      const start = this.scanner.frameStart >= from ? this.scanner.frameStart : from;
+    if (scanner.awaitingHead && this.canStartBlock() && scanner.couldStillBe(MULTI, 1) && this.frameKeptBack(scanner)) {
+      const start = scanner.frameStart >= from ? scanner.frameStart : from;
       this.writeUpstream(chunk.subarray(from, start));
       this.partial.push(chunk.subarray(start));
       return;
     }
+    this.flushPartial();
     this.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /** Whether none of the current frame has gone upstream yet: it starts in this chunk, or was kept back. */
+  private frameKeptBack(scanner: RequestScanner): boolean {
+    return scanner.frameStart >= 0 || this.partial.length > 0;
   }
 
   private canStartBlock(): boolean {
@@ -672,22 +680,6 @@ export class Session {
   private expectReplies(count: number): void {
     if (this.captures.length === 0) this.outstanding += count;
     else this.captures[this.captures.length - 1].after += count;
-  }
-
-  /**
-   * A request over --max-frame-bytes. Part of it may already be upstream, but
-   * Redis never runs an incomplete request: the upstream side is closed, Redis
-   * answers what came before, and the client then gets the error and the close,
-   * as Redis itself treats a request over its own limit.
-   */
-  private refuseOversizedRequest(): void {
-    this.log.warn({ maxFrameBytes: this.ctx.maxFrameBytes }, 'request larger than max-frame-bytes; closing the connection');
-    this.flushPending('too-large');
-    this.closingError = `-ERR Protocol error: request larger than ${this.ctx.maxFrameBytes} bytes (redis-lock-proxy max-frame-bytes)\r\n`;
-    this.stalled = [];
-    this.client.pause();
-    this.toUpstream.flush();
-    this.upstream.end();
   }
 
   /** Stops interpreting this connection: from here on bytes pass untouched both ways. */

@@ -41,7 +41,7 @@ describe('resolveConfig', () => {
       watchRules: false,
       shutdownTimeoutMs: 10_000,
       maxConnections: 10_000,
-      maxFrameBytes: 512 * 1024 * 1024,
+      warnings: [],
       idleTimeoutMs: 0,
       lockPipelining: false,
       upstreamTls: null,
@@ -369,14 +369,15 @@ describe('setupCommands', () => {
 
 describe('production settings', () => {
   it('reads the admin address, mode, limits and reload settings', () => {
-    const config = run(['--admin-listen', 'off', '--mode', 'observe', '--max-connections', '5', '--max-frame-bytes', '4096', '--idle-timeout-ms', '300', '--watch-rules', '--shutdown-timeout-ms', '0']);
-    expect(config).toMatchObject({ adminListen: null, mode: 'observe', maxConnections: 5, maxFrameBytes: 4096, idleTimeoutMs: 300, watchRules: true, shutdownTimeoutMs: 0 });
+    const config = run(['--admin-listen', 'off', '--mode', 'observe', '--max-connections', '5', '--idle-timeout-ms', '300', '--watch-rules', '--shutdown-timeout-ms', '0']);
+    expect(config).toMatchObject({ adminListen: null, mode: 'observe', maxConnections: 5, idleTimeoutMs: 300, watchRules: true, shutdownTimeoutMs: 0 });
     expect(run([], { REDIS_LOCK_PROXY_ADMIN_LISTEN: '0.0.0.0:9999', REDIS_LOCK_PROXY_WATCH_RULES: 'true' })).toMatchObject({
       adminListen: { host: '0.0.0.0', port: 9999 },
       watchRules: true,
     });
     expect(configError(() => run(['--mode', 'enforcing'])).message).toBe('mode must be enforce or observe, got "enforcing"');
-    expect(configError(() => run(['--max-frame-bytes', '10'])).message).toContain('max-frame-bytes must be an integer from 1024');
+    // Accepted so that existing configurations start, and said to do nothing.
+    expect(run(['--max-frame-bytes', '10']).warnings).toEqual([expect.stringMatching(/^max-frame-bytes no longer applies: requests stream to Redis/)]);
   });
 
   it('pairs the TLS and sentinel settings, naming what is missing', () => {

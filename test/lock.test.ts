@@ -37,6 +37,38 @@ function match(bytes: Buffer): { accepted: boolean[]; step: BlockStep; matcher: 
   return { accepted, step: matcher.step, matcher };
 }
 
+describe('BlockMatcher.couldStillAccept', () => {
+  /** After MULTI and `before` (whole frames), feeds the unfinished `partial` and asks. */
+  function ask(before: Buffer[], partial: string): boolean {
+    const scanner = new RequestScanner();
+    const matcher = new BlockMatcher();
+    const bytes = Buffer.concat([cmd('MULTI'), ...before, Buffer.from(partial)]);
+    scanner.newChunk();
+    let pos = 0;
+    while (pos < bytes.length) {
+      pos = scanner.next(bytes, pos);
+      if (!(scanner.event & HEAD)) continue;
+      if (BlockMatcher.isBlockStart(scanner) && matcher.step === BlockStep.Increment && matcher.rule === undefined) matcher.reset();
+      else expect(matcher.accept(scanner, rules)).toBe(true);
+    }
+    return matcher.couldStillAccept(scanner);
+  }
+
+  it('waits for what may be the next command of the block, and not for anything else', () => {
+    expect(ask([], '*3\r\n$6\r\nINCR')).toBe(true);
+    expect(ask([], '*2\r\n$4\r\nIN')).toBe(true);
+    expect(ask([], '*4')).toBe(false);
+    expect(ask([], '*2\r\n$3\r\nGE')).toBe(false);
+    expect(ask([], '*3\r\n$6\r\nEXPIRE')).toBe(false);
+    const incr = cmd('INCRBY', 'lock:a', '1');
+    expect(ask([incr], '*3\r\n$7\r\nPEXPI')).toBe(true);
+    expect(ask([incr], '*3\r\n$6\r\nEXPIRE\r\n$6\r\nlock:')).toBe(true);
+    expect(ask([incr], '*1\r\n$4\r\nEXEC')).toBe(false);
+    expect(ask([incr, cmd('EXPIRE', 'lock:a', '9')], '*1\r\n$4\r\nEX')).toBe(true);
+    expect(ask([incr, cmd('EXPIRE', 'lock:a', '9')], '*1\r\n$7\r\nDISC')).toBe(false);
+  });
+});
+
 describe('isRedisInteger', () => {
   it('follows string2ll', () => {
     for (const ok of ['0', '1', '-1', '42', '9223372036854775807', '-9223372036854775808']) {

@@ -823,3 +823,68 @@ describe('RequestScanner agrees with Redis', () => {
   });
 });
 
+
+describe('RequestScanner.couldStillBe (which unfinished frames may be kept back)', () => {
+  const MULTI = Buffer.from('MULTI');
+
+  /** Feeds `bytes` in one chunk and asks, with the frame's head not complete yet. */
+  function askAfter(bytes: Buffer | string, name = MULTI, argc = 1): boolean {
+    const scanner = new RequestScanner();
+    scanner.newChunk();
+    const buf = Buffer.from(bytes);
+    let pos = 0;
+    while (pos < buf.length) pos = scanner.next(buf, pos);
+    expect(scanner.awaitingHead || scanner.atFrameBoundary).toBe(true);
+    return scanner.couldStillBe(name, argc);
+  }
+
+  /** The model: the bytes so far begin `*1\r\n$5\r\n` + MULTI in any case (the last two bytes are unchecked). */
+  function modelMultiPrefix(bytes: Buffer): boolean {
+    const template = Buffer.from('*1\r\n$5\r\nmulti');
+    for (let i = 0; i < bytes.length && i < template.length; i++) {
+      const a = i >= 8 ? bytes[i] | 0x20 : bytes[i];
+      if (a !== template[i] || (i >= 8 && !/[a-zA-Z]/.test(String.fromCharCode(bytes[i])))) return false;
+    }
+    return true;
+  }
+
+  it('is true for every proper prefix of a MULTI frame, in any letter case', () => {
+    for (const frame of ['*1\r\n$5\r\nMULTI\r\n', '*1\r\n$5\r\nmulti\r\n', '*1\r\n$5\r\nMuLtI\r\n']) {
+      for (let cut = 0; cut < frame.length; cut++) expect(askAfter(frame.slice(0, cut)), JSON.stringify(frame.slice(0, cut))).toBe(true);
+    }
+  });
+
+  it('turns false at the first byte that rules MULTI out', () => {
+    for (const bytes of ['*10', '*2', '*1\r\n$4', '*1\r\n$50', '*1\r\n$5\r\nMULX', '*-', '*01', 'M', 'MULTI', '*1\r\n$5\r\nMULT1', '*1\r\n$5\r\nMU\x00']) {
+      expect(askAfter(bytes), JSON.stringify(bytes)).toBe(false);
+    }
+  });
+
+  it('agrees with the model on random prefixes of MULTI-like frames', () => {
+    const alphabet = ['*', '1', '2', '\r', '\n', '$', '5', '4', 'M', 'm', 'U', 'u', 'L', 'T', 't', 'I', 'i', 'X', '0'];
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom(...alphabet), { maxLength: 13 }), (chars) => {
+        const bytes = Buffer.from(chars.join(''), 'latin1');
+        const scanner = new RequestScanner();
+        scanner.newChunk();
+        let pos = 0;
+        let ended = false;
+        while (pos < bytes.length && !ended) {
+          pos = scanner.next(bytes, pos);
+          ended = scanner.event !== 0; // a head, an end or malformed: not the unfinished case
+        }
+        if (ended) return;
+        expect(scanner.couldStillBe(MULTI, 1), JSON.stringify(chars.join(''))).toBe(modelMultiPrefix(bytes));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('answers for other names and counts too (the commands of a lock block)', () => {
+    expect(askAfter('*3\r\n$6\r\nINCR', Buffer.from('INCRBY'), 3)).toBe(true);
+    expect(askAfter('*3\r\n$6\r\nINCR', Buffer.from('INCR'), 2)).toBe(false);
+    expect(askAfter('*2\r\n$4\r\nin', Buffer.from('INCR'), 2)).toBe(true);
+    expect(askAfter('*3\r\n$7\r\nPEX', Buffer.from('EXPIRE'), 3)).toBe(false);
+    expect(askAfter('*1\r\n$4\r\nEX', Buffer.from('EXEC'), 1)).toBe(true);
+  });
+});

@@ -16,6 +16,11 @@ import { isRedisInteger, isRewritableExpiry } from './integers.js';
 import type { LockCall } from './script.js';
 
 const ONE = Buffer.from('1');
+const INCR = Buffer.from('INCR');
+const INCRBY = Buffer.from('INCRBY');
+const EXPIRE = Buffer.from('EXPIRE');
+const PEXPIRE = Buffer.from('PEXPIRE');
+const EXEC = Buffer.from('EXEC');
 
 export const enum BlockStep {
   /** MULTI seen; waiting for the increment. */
@@ -63,6 +68,24 @@ export class BlockMatcher {
         if (scanner.cmd !== Cmd.Exec || scanner.argc !== 1) return false;
         this.step = BlockStep.Complete;
         return true;
+      case BlockStep.Complete:
+        return false;
+    }
+  }
+
+  /**
+   * Whether the frame whose head the scanner is still reading can be the block's next one:
+   * false as soon as its argument count or its name rules it out, so that a held block is
+   * released at once rather than at the hold deadline.
+   */
+  couldStillAccept(scanner: RequestScanner): boolean {
+    switch (this.step) {
+      case BlockStep.Increment:
+        return scanner.couldStillBe(INCR, 2) || scanner.couldStillBe(INCRBY, 3);
+      case BlockStep.Expire:
+        return scanner.couldStillBe(EXPIRE, 3) || scanner.couldStillBe(PEXPIRE, 3);
+      case BlockStep.Exec:
+        return scanner.couldStillBe(EXEC, 1);
       case BlockStep.Complete:
         return false;
     }

@@ -104,6 +104,14 @@ class NumberLine {
   }
 }
 
+/** Whether the digits read so far on a count line can still spell `n`. */
+function isPrefixOfNumber(line: NumberLine, n: number): boolean {
+  if (line.length === 0) return true;
+  if (line.negative || !line.valid) return false;
+  const digits = String(n);
+  return line.digits <= digits.length && digits.startsWith(String(line.value)) && line.digits === String(line.value).length;
+}
+
 export class RequestScanner {
   /** What the last `next()` call produced: a bitmask of HEAD, END, MALFORMED, or 0 (needs more bytes). */
   event = 0;
@@ -132,12 +140,6 @@ export class RequestScanner {
   valueLength = 0;
   /** Why the stream is not valid RESP, when MALFORMED was reported. */
   malformedReason = '';
-  /** MALFORMED because the request is larger than maxFrameBytes (valid RESP, but refused). */
-  tooLarge = false;
-  /** Sum of the argument sizes of the current frame so far. */
-  private frameBytes = 0;
-
-  constructor(private readonly maxFrameBytes = Number.MAX_SAFE_INTEGER) {}
 
   private state = State.FrameStart;
   private readonly line = new NumberLine();
@@ -167,6 +169,47 @@ export class RequestScanner {
   /** True inside a frame whose head has not been reported yet. */
   get awaitingHead(): boolean {
     return this.state !== State.FrameStart && !this.headReported;
+  }
+
+  /**
+   * Whether the frame read so far, its head not complete yet, can still turn out to be the
+   * command `name` (upper case) with exactly `argc` arguments, written as a RESP array. Lets
+   * the proxy keep back only the bytes of a frame it may have to hold (a MULTI), and forward
+   * any other frame's bytes as they arrive.
+   */
+  couldStillBe(name: Buffer, argc: number): boolean {
+    switch (this.state) {
+      case State.FrameStart:
+        return true;
+      case State.Inline:
+        return false;
+      case State.CountLine:
+        return isPrefixOfNumber(this.line, argc);
+      case State.CountLf:
+        return this.line.result() === argc;
+      default:
+        if (this.argc !== argc) return false;
+        if (this.argIndex > 0) return this.nameLength === name.length && this.nameStartsAs(name, name.length);
+    }
+    // Reading the name, argument 0.
+    switch (this.state) {
+      case State.Dollar:
+        return true;
+      case State.BulkLine:
+        return isPrefixOfNumber(this.line, name.length);
+      case State.BulkLf:
+        return this.line.result() === name.length;
+      default:
+        return this.bodyLength === name.length && this.nameStartsAs(name, this.captured);
+    }
+  }
+
+  /** The first `count` bytes of the name read are those of `name` (upper-case letters), in any case. */
+  private nameStartsAs(name: Buffer, count: number): boolean {
+    for (let i = 0; i < count; i++) {
+      if ((this.name[i] & 0xdf) !== name[i]) return false;
+    }
+    return true;
   }
 
   /** Call before scanning a new chunk. */
@@ -231,13 +274,9 @@ export class RequestScanner {
 
         case State.BulkLf: {
           pos++;
+          // Redis's own limit (proto-max-bulk-len) is Redis's to apply: the body streams to it.
           const length = this.line.result();
           if (length === undefined || length < 0 || length > Number.MAX_SAFE_INTEGER) return this.fail(pos, 'invalid bulk length');
-          this.frameBytes += length;
-          if (this.frameBytes > this.maxFrameBytes) {
-            this.tooLarge = true;
-            return this.fail(pos, `request larger than ${this.maxFrameBytes} bytes`);
-          }
           this.startBody(length);
           if (this.event !== 0) return pos;
           break;
@@ -304,7 +343,6 @@ export class RequestScanner {
     this.inlineLength = 0;
     this.inToken = false;
     this.inlineCut = false;
-    this.frameBytes = 0;
   }
 
   /** Sets up reading one argument body of `length` bytes, and reports HEAD early when the head is known. */

@@ -8,7 +8,8 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Cli, cleanEnv, ensureBuilt, runCli } from '../support/cli.js';
+import { spawn } from 'node:child_process';
+import { Cli, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt } from '../support/stalwart.js';
@@ -42,6 +43,15 @@ async function attempt(port: number, key: string): Promise<string> {
     return (await client.readReplies(4)).toString('latin1');
   } finally {
     await client.close();
+  }
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
   }
 }
 
@@ -116,6 +126,56 @@ describe('admin endpoints', () => {
 });
 
 describe('signals', () => {
+  it('handles SIGHUP sent the moment the listening line is out (every handler is installed first)', async () => {
+    const rules = writeTmp('race.yaml', RULES);
+    const TRIES = 16;
+    const outcomes = await Promise.all(
+      Array.from({ length: TRIES }, async () => {
+        const cli = new Cli(['--listen', `127.0.0.1:${await freePort()}`, '--upstream', redis.url, '--admin-listen', 'off', '--rules', rules], cleanEnv());
+        try {
+          await cli.waitForLog('redis-lock-proxy listening');
+          cli.kill('SIGHUP');
+          await cli.waitForLog('rules reloaded');
+          cli.kill('SIGTERM');
+          return (await cli.exited).code;
+        } catch (error) {
+          return `${(error as Error).message.slice(0, 200)}; exit ${JSON.stringify(await Promise.race([cli.exited, Promise.resolve(null)]))}`;
+        } finally {
+          await cli.stop();
+        }
+      }),
+    );
+    expect(outcomes).toEqual(Array(TRIES).fill(0));
+  }, 60_000);
+
+  it('started with npx, stops when npx is sent SIGTERM instead of staying behind with its ports', async () => {
+    const port = await freePort();
+    const npx = spawn('npx', ['redis-lock-proxy', '--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off'], {
+      cwd: ROOT,
+      env: cleanEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    npx.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    let proxyPid: number | undefined;
+    try {
+      const deadline = Date.now() + 30_000;
+      while (!/"msg":"redis-lock-proxy listening"/.test(out) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      const line = out.split('\n').find((l) => l.includes('"msg":"redis-lock-proxy listening"'));
+      expect(line, out).toBeDefined();
+      proxyPid = (JSON.parse(line as string) as { pid: number }).pid;
+      expect(proxyPid).not.toBe(npx.pid); // npx runs the proxy as a child of its own
+      npx.kill('SIGTERM');
+      const gone = Date.now() + 10_000;
+      while (isRunning(proxyPid) && Date.now() < gone) await new Promise((r) => setTimeout(r, 100));
+      expect(isRunning(proxyPid)).toBe(false);
+      await expect(RawClient.connect(port)).rejects.toThrow(/ECONNREFUSED/);
+    } finally {
+      npx.kill('SIGKILL');
+      if (proxyPid !== undefined && isRunning(proxyPid)) process.kill(proxyPid, 'SIGKILL');
+    }
+  }, 60_000);
+
   it('waits for a busy connection on SIGTERM, and exits at once on a second signal', async () => {
     const { cli, port } = await startCli(['--shutdown-timeout-ms', '30000']);
     try {
@@ -148,7 +208,7 @@ describe('rule reload', () => {
       await cli.waitForLog('rules reloaded');
       client.write(lockAttempt('lock:hup', 60));
       expect((await client.readReplies(4)).toString()).toBe(attemptReplies(1, 1));
-      expect(cli.logLines().some((l) => l.msg === 'observe: lock block would be rewritten')).toBe(true);
+      await cli.waitForLog('observe: lock block would be rewritten'); // the log and the reply travel apart
 
       fs.writeFileSync(rules, 'rules:\n  - name: x\n    prefix_hex: "zz"\n');
       cli.kill('SIGHUP');

@@ -17,11 +17,15 @@ export async function ensureBuilt(): Promise<void> {
   await promisify(execFile)(npx, ['tsc', '-p', 'tsconfig.build.json'], { cwd: ROOT });
 }
 
-/** The test process's environment without any REDIS_LOCK_PROXY_* setting, plus `extra`. */
+/**
+ * The test process's environment without any REDIS_LOCK_PROXY_* setting, plus `extra`. npm's own
+ * variables go too (`npm test` sets them): the proxy then runs as a service starts it, not as if
+ * npm had launched it.
+ */
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(process.env)) {
-    if (!name.startsWith('REDIS_LOCK_PROXY_')) env[name] = value;
+    if (!name.startsWith('REDIS_LOCK_PROXY_') && !name.startsWith('npm_')) env[name] = value;
   }
   // The admin server is on by default on one fixed port: parallel CLI processes would fight over it.
   return { ...env, REDIS_LOCK_PROXY_ADMIN_LISTEN: 'off', ...extra };

@@ -49,7 +49,6 @@ export interface TestProxyOptions {
   holdMs?: number;
   connectTimeoutMs?: number;
   mode?: 'enforce' | 'observe';
-  maxFrameBytes?: number;
   idleTimeoutMs?: number;
   lockPipelining?: boolean;
   maxConnections?: number;
@@ -86,7 +85,6 @@ function testSetup(opts: Pick<TestProxyOptions, 'rules' | 'stalwart'>) {
     mode: o.mode ?? 'enforce',
     holdMs: o.holdMs ?? 10,
     connectTimeoutMs: o.connectTimeoutMs ?? 2000,
-    maxFrameBytes: o.maxFrameBytes ?? 512 * 1024 * 1024,
     idleTimeoutMs: o.idleTimeoutMs ?? 0,
     lockPipelining: o.lockPipelining ?? false,
     cluster: nodes === null ? null : { nodes, announceHost: o.announceHost ?? null },
