@@ -142,7 +142,7 @@ describe('running', () => {
       expect(await exchange(port, Buffer.concat([block, block]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
       // db 5 from the URL, and debug logging from the environment.
       expect(await exchange(redis.port, Buffer.concat([cmd('SELECT', '5'), cmd('GET', 'lock:env')]), 2)).toBe('+OK\r\n$1\r\n2\r\n');
-      expect(cli.logLines().some((l) => l.level === 20 && l.msg === 'client connected')).toBe(true);
+      expect(await cli.waitForLog('client connected')).toMatchObject({ level: 20 }); // the log and the reply travel apart
       cli.kill('SIGINT');
       expect((await cli.exited).code).toBe(0);
     } finally {

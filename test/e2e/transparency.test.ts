@@ -240,7 +240,7 @@ class Generator {
       // connection
       [1, () => step('ECHO', v())],
       [1, () => (r.chance(0.5) ? step('PING') : step('PING', sv()))],
-      // errors: unknown command, wrong arity (not of transaction commands: see "known proxy bugs")
+      // errors: unknown command, wrong arity (of transaction commands: see the arity tests below)
       [1, () => step(r.pick(['NOSUCHCMD', 'foobar', 'GETT']), sv())],
       [1, () => r.pick([step('GET'), step('SET', k()), step('HSET', k(), 'f'), step('LPUSH', k()), step('ZADD', k(), '1')])],
     ]);
@@ -596,12 +596,11 @@ describe('inline commands', () => {
 
 /**
  * Transaction commands that Redis rejects for their arity (before running
- * them) do not change the connection's state in Redis, but the proxy tracks
- * them as if they had run. These tests pin the bugs: they fail until the
- * proxy checks the argument count (of inline commands too) before updating
- * its MULTI/WATCH state.
+ * them) do not change the connection's state in Redis, and so do not change
+ * the proxy's: it tracks MULTI/WATCH state only on the exact arities (of
+ * inline commands too). Each case compares with the same server's own reply.
  */
-describe('known proxy bugs: transaction commands with the wrong number of arguments', () => {
+describe('transaction commands with the wrong number of arguments leave the state as Redis does', () => {
   const block = Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:k', '1'), cmd('EXPIRE', 'lock:k', '100'), cmd('EXEC')]);
 
   /** Runs `bytes` directly and through the proxy from the same starting state; returns both, with the key's expiry state. */
@@ -625,13 +624,11 @@ describe('known proxy bugs: transaction commands with the wrong number of argume
     return { direct: await run(redis.port), proxied: await run(proxy.port) };
   }
 
-  it('DISCARD x inside MULTI: Redis stays in the transaction, the proxy rewrites the next block and drops the connection', async () => {
+  it('DISCARD x inside MULTI: the transaction goes on (and aborts at EXEC), the block in it is not rewritten', async () => {
     for (const discard of [cmd('DISCARD', 'x'), Buffer.from('DISCARD x\r\n')]) {
       const { direct, proxied } = await both([], Buffer.concat([cmd('MULTI'), discard, block, cmd('PING')]), 7);
-      expect(direct).toBe(
-        "+OK\r\n-ERR wrong number of arguments for 'discard' command\r\n-ERR MULTI calls can not be nested\r\n" +
-          '+QUEUED\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of previous errors.\r\n+PONG\r\n | expiry -2',
-      );
+      // The nested MULTI's error text differs between servers (Valkey: "Command not allowed inside a transaction").
+      expect(direct).toMatch(/^\+OK\r\n-ERR [^\r]*\r\n-ERR [^\r]*\r\n\+QUEUED\r\n\+QUEUED\r\n-EXECABORT [^\r]*\r\n\+PONG\r\n \| expiry -2$/);
       expect(proxied).toBe(direct);
     }
   });
@@ -640,9 +637,7 @@ describe('known proxy bugs: transaction commands with the wrong number of argume
     for (const unwatch of [cmd('UNWATCH', 'x'), Buffer.from('UNWATCH x\r\n')]) {
       const bytes = Buffer.concat([cmd('WATCH', 'lock:k'), unwatch, cmd('SET', 'lock:k', '6'), block, cmd('PING')]);
       const { direct, proxied } = await both([['SET', 'lock:k', '5', 'PX', '5000']], bytes, 8);
-      expect(direct).toBe(
-        "+OK\r\n-ERR wrong number of arguments for 'unwatch' command\r\n+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*-1\r\n+PONG\r\n | expiry -1",
-      );
+      expect(direct).toMatch(/^\+OK\r\n-ERR [^\r]*\r\n\+OK\r\n\+OK\r\n\+QUEUED\r\n\+QUEUED\r\n\*-1\r\n\+PONG\r\n \| expiry -1$/);
       expect(proxied).toBe(direct);
     }
   });
@@ -657,21 +652,18 @@ describe('known proxy bugs: transaction commands with the wrong number of argume
   it('MULTI x: Redis is not in a transaction, the proxy thinks it is and misses the WATCH that follows', async () => {
     const bytes = Buffer.concat([cmd('MULTI', 'x'), cmd('WATCH', 'lock:k'), cmd('EXEC'), cmd('SET', 'lock:k', '6'), block, cmd('PING')]);
     const { direct, proxied } = await both([['SET', 'lock:k', '5', 'PX', '5000']], bytes, 9);
-    expect(direct).toBe(
-      "-ERR wrong number of arguments for 'multi' command\r\n+OK\r\n-ERR EXEC without MULTI\r\n+OK\r\n" +
-        '+OK\r\n+QUEUED\r\n+QUEUED\r\n*-1\r\n+PONG\r\n | expiry -1',
-    );
+    expect(direct).toMatch(/^-ERR [^\r]*\r\n\+OK\r\n-ERR [^\r]*\r\n\+OK\r\n\+OK\r\n\+QUEUED\r\n\+QUEUED\r\n\*-1\r\n\+PONG\r\n \| expiry -1$/);
     expect(proxied).toBe(direct);
   });
 
-  it('WATCH with no key: Redis watches nothing, the proxy thinks a WATCH is active and misses the rewrite', async () => {
-    // Not a transparency problem (the block runs as sent), but a lock block that should be rewritten is not.
+  it('WATCH with no key: Redis watches nothing, and the block after it is rewritten', async () => {
     const client = await RawClient.connect(proxy.port);
     try {
       await adminCall('SET', 'lock:k', '1', 'PX', '5000');
       client.write(Buffer.concat([cmd('WATCH'), block]));
       const replies = (await client.readReplies(5)).toString('latin1');
-      expect(replies).toBe("-ERR wrong number of arguments for 'watch' command\r\n" + attemptReplies(2, 0));
+      expect(replies).toMatch(/^-ERR [^\r]*\r\n/);
+      expect(replies.slice(replies.indexOf('\r\n') + 2)).toBe(attemptReplies(2, 0));
     } finally {
       await client.close();
     }
