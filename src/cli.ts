@@ -9,175 +9,23 @@
  * Signals: SIGTERM/SIGINT shut down gracefully (a second one exits at once),
  * SIGHUP reloads the rules.
  */
-import { readFileSync } from 'node:fs';
-import { createMetricsRegistry } from './admin/metrics.js';
-import { startAdminServer } from './admin/server.js';
+import { packageVersion, startApp, type App } from './app.js';
 import { resolveConfig, USAGE, type Config } from './config.js';
 import { createLogger, type Logger } from './log.js';
-import { describeRules, RuleStore } from './rules/store.js';
-import { startProxy, type ProxyServer } from './server.js';
-import type { ProxyContext } from './session.js';
-import { Stats } from './stats.js';
-import { ClusterManager } from './cluster/manager.js';
-import type { NodeDirectory } from './cluster/rewrite.js';
-import { UpstreamConnector } from './upstream/connect.js';
-import { probeUpstream } from './upstream/probe.js';
-import { SentinelMonitor } from './upstream/sentinel.js';
-
-function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
-}
-
-/** Readiness is probed at most this often; scrapers may poll /readyz quickly. */
-const READY_CACHE_MS = 1000;
-
-async function startSentinel(config: Config, log: Logger): Promise<SentinelMonitor | null> {
-  if (config.sentinel === null) return null;
-  return SentinelMonitor.start({
-    sentinels: [...config.sentinel.sentinels],
-    masterName: config.sentinel.masterName,
-    username: config.sentinel.username,
-    password: config.sentinel.password,
-    log,
-  });
-}
 
 async function run(config: Config): Promise<void> {
   const log = createLogger(config.logLevel);
-  const stats = new Stats();
-  const rules = new RuleStore(config.rulePaths, log, stats, config.release);
-  if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
-  for (const warning of config.warnings) log.warn(warning);
-  const sentinel = await startSentinel(config, log);
-  const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
-    upstream,
-    rules: () => rules.current,
-    mode: config.mode,
-    holdMs: config.holdMs,
-    connectTimeoutMs: config.connectTimeoutMs,
-    idleTimeoutMs: config.idleTimeoutMs,
-    lockPipelining: config.lockPipelining,
-    cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
-    log,
-    stats,
-  });
-
-  // Cluster mode: a listener per node; the --listen listener is the seed, going to any live node.
-  const cluster = config.cluster === null ? null : await startCluster(config, contextFor, log, stats);
-  const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, cluster ?? sentinel);
-  const seed = await startProxy(
-    { listen: config.listen, tls: config.listenerTls, maxConnections: config.maxConnections },
-    contextFor(upstream, cluster),
-  ).catch(async (err: Error) => {
-    await cluster?.close();
-    throw new Error(`listen ${config.listen.host}:${config.listen.port}: ${err.message}`);
-  });
-  const server = cluster === null ? seed : withNodeListeners(seed, cluster);
-
-  sentinel?.on('switch', (from, to) => {
-    const closed = seed.closeSessionsTo(`${from.host}:${from.port}`);
-    log.warn({ from: `${from.host}:${from.port}`, to: `${to.host}:${to.port}`, closed }, 'master changed; closed the connections to the old master');
-  });
-
-  let lastProbe = { at: 0, result: { ok: false, detail: 'not probed yet' } };
-  const ready = async (): Promise<{ ok: boolean; detail: string }> => {
-    if (rules.current.rules.length === 0) return { ok: false, detail: 'no rules loaded' };
-    if (Date.now() - lastProbe.at > READY_CACHE_MS) {
-      lastProbe = { at: Date.now(), result: await probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)) };
-    }
-    return lastProbe.result;
-  };
-  const admin =
-    config.adminListen === null
-      ? null
-      : await startAdminServer(config.adminListen, {
-          registry: createMetricsRegistry(stats, {
-            rulesLoaded: () => rules.current.rules.length,
-            ruleFiles: () => rules.current.files,
-            clusterNodes: cluster === null ? undefined : () => cluster.nodes(),
-          }),
-          ready,
-          log,
-        }).catch((err: Error) => {
-          throw new Error(`admin-listen ${config.adminListen?.host}:${config.adminListen?.port}: ${err.message} (another port, or --admin-listen off)`);
-        });
-
+  const app = await startApp(config, log);
   // Every signal handler is in place before the proxy says it is listening: a supervisor may
   // send SIGHUP or SIGTERM the moment it reads that line.
-  if (config.watchRules) rules.watch();
-  process.on('SIGHUP', () => rules.reload('SIGHUP'));
-  const shutdown = handleShutdownSignals(config, log, server, async () => {
-    rules.close();
-    await admin?.close();
-    await sentinel?.close();
-  });
+  process.on('SIGHUP', () => app.rules.reload('SIGHUP'));
+  const shutdown = handleShutdownSignals(config, log, app);
   stopWithLauncher(log, shutdown);
-
-  const byMode = { enforce: 0, observe: 0 };
-  for (const rule of rules.current.rules) byMode[config.mode === 'observe' ? 'observe' : rule.mode]++;
-  log.info(
-    {
-      listen: `${seed.address.host}:${seed.address.port}`,
-      ...(cluster === null ? {} : { clusterNodes: cluster.nodes().map((node) => `${node.address} (${node.role}) on ${node.listenPort}`) }),
-      tls: config.listenerTls !== null,
-      upstream: upstream.describe(),
-      admin: admin === null ? 'off' : `${admin.address.host}:${admin.address.port}`,
-      mode: config.mode,
-      ...describeRules(rules.current, config.mode),
-      enforce: byMode.enforce,
-      observe: byMode.observe,
-      version: packageVersion(),
-    },
-    'redis-lock-proxy listening',
-  );
-
-}
-
-async function startCluster(
-  config: Config,
-  contextFor: (upstream: UpstreamConnector, nodes: NodeDirectory) => ProxyContext,
-  log: Logger,
-  stats: Stats,
-): Promise<ClusterManager> {
-  const cluster = config.cluster as NonNullable<Config['cluster']>;
-  return ClusterManager.start({
-    seeds: cluster.seeds,
-    upstreamTls: config.upstreamTls,
-    listenHost: config.listen.host,
-    reservedPorts: [config.listen.port],
-    listenerTls: config.listenerTls,
-    basePort: cluster.basePort,
-    portMap: cluster.portMap,
-    refreshMs: cluster.refreshMs,
-    connectTimeoutMs: config.connectTimeoutMs,
-    shutdownTimeoutMs: config.shutdownTimeoutMs,
-    maxConnections: config.maxConnections,
-    contextFor,
-    log,
-    stats,
-  });
-}
-
-/** The seed listener and the node listeners, shut down together. */
-function withNodeListeners(seed: ProxyServer, cluster: ClusterManager): Pick<ProxyServer, 'sessionCount' | 'shutdown'> {
-  return {
-    get sessionCount() {
-      return seed.sessionCount + cluster.sessionCount;
-    },
-    async shutdown(timeoutMs: number) {
-      await Promise.all([seed.shutdown(timeoutMs), cluster.shutdown(timeoutMs)]);
-    },
-  };
+  log.info(app.describe(), 'redis-lock-proxy listening');
 }
 
 /** Installs the SIGTERM/SIGINT handlers; returns the shutdown they start, for other triggers. */
-function handleShutdownSignals(
-  config: Config,
-  log: Logger,
-  server: Pick<ProxyServer, 'sessionCount' | 'shutdown'>,
-  cleanup: () => Promise<void>,
-): (signal: string) => void {
+function handleShutdownSignals(config: Config, log: Logger, app: App): (signal: string) => void {
   let stopping = false;
   const onSignal = (signal: string): void => {
     if (stopping) {
@@ -185,10 +33,9 @@ function handleShutdownSignals(
       process.exit(1);
     }
     stopping = true;
-    log.info({ signal, connections: server.sessionCount, timeoutMs: config.shutdownTimeoutMs }, 'shutting down: finishing in-flight requests');
-    void server
+    log.info({ signal, connections: app.sessionCount, timeoutMs: config.shutdownTimeoutMs }, 'shutting down: finishing in-flight requests');
+    void app
       .shutdown(config.shutdownTimeoutMs)
-      .then(cleanup)
       .then(() => {
         log.info('shut down');
         process.exit(0);

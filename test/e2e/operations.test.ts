@@ -197,7 +197,7 @@ describe('graceful shutdown', () => {
     await idle.readReplies(1);
     blocked.write(cmd('BLPOP', 'shutdown:list', '0'));
     await sleep(50);
-    const shutdown = proxy.server.shutdown(5000);
+    const shutdown = proxy.app.shutdown(5000);
     expect((await idle.readUntilClosed(2000)).length).toBe(0);
     expect(blocked.isClosed).toBe(false);
     await adminCall('RPUSH', 'shutdown:list', 'x');
@@ -214,7 +214,7 @@ describe('graceful shutdown', () => {
     blocked.write(cmd('BLPOP', 'shutdown:never', '0'));
     await sleep(50);
     const started = Date.now();
-    await proxy.server.shutdown(300);
+    await proxy.app.shutdown(300);
     expect(Date.now() - started).toBeGreaterThanOrEqual(250);
     await blocked.readUntilClosed(1000);
     await proxy.close();

@@ -1,21 +1,18 @@
 /**
- * Starts the proxy in the test process, in front of a test Redis, with rules
- * from YAML text or files, and a logger whose lines the test can read.
+ * Starts the proxy in the test process, in front of a test Redis, exactly as the command line
+ * does (startApp from a Config read from flags), with rules from YAML text and a logger whose
+ * lines the test can read.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { chooseRules, type ListenerTls, type UpstreamTls } from '../../src/config.js';
-import { RuleStore } from '../../src/rules/store.js';
-import { startProxy, type ProxyServer } from '../../src/server.js';
-import type { ProxyContext } from '../../src/session.js';
-import { ClusterManager } from '../../src/cluster/manager.js';
-import type { NodeDirectory } from '../../src/cluster/rewrite.js';
-import { Stats } from '../../src/stats.js';
-import { UpstreamConnector } from '../../src/upstream/connect.js';
-import { parseUpstreamUrl } from '../../src/upstream/target.js';
+import { startApp, type App } from '../../src/app.js';
+import type { ClusterManager } from '../../src/cluster/manager.js';
+import { resolveConfig, type Config, type ListenerTls, type UpstreamTls } from '../../src/config.js';
+import type { RuleStore } from '../../src/rules/store.js';
+import type { Stats } from '../../src/stats.js';
 import { freePortRange } from './redis.js';
 
 /** The shipped rules: every affected Stalwart release line. */
@@ -33,7 +30,7 @@ export const TEST_RULES = `rules:
 export interface TestProxy {
   readonly port: number;
   readonly stats: Stats;
-  readonly server: ProxyServer;
+  readonly app: App;
   readonly rules: RuleStore;
   /** The rule files in force (in a temporary directory the test may rewrite). */
   readonly ruleFiles: readonly string[];
@@ -52,6 +49,7 @@ export interface TestProxyOptions {
   idleTimeoutMs?: number;
   lockPipelining?: boolean;
   maxConnections?: number;
+  /** TLS towards a rediss:// upstream, as the proxy holds it (read files, not paths). */
   upstreamTls?: UpstreamTls;
   listenerTls?: ListenerTls;
   /** Cluster mode: --cluster-announce-host. */
@@ -60,14 +58,81 @@ export interface TestProxyOptions {
   stalwart?: string;
 }
 
-/** Rule files in a temporary directory, and a logger whose lines the test can read. */
-function testSetup(opts: Pick<TestProxyOptions, 'rules' | 'stalwart'>) {
+export interface ClusterTestProxy extends TestProxy {
+  readonly cluster: ClusterManager;
+  /** Listener ports start here (nodes in address order). */
+  readonly basePort: number;
+}
+
+/** The proxy on a free port in front of `opts.upstream`. */
+export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy> {
+  return start(opts, []);
+}
+
+/** The proxy in cluster mode: the seed listener on a free port, node listeners from a free range of ports. */
+export async function startClusterTestProxy(opts: TestProxyOptions & { refreshMs?: number }): Promise<ClusterTestProxy> {
+  const basePort = await freePortRange(16);
+  const flags = ['--cluster', '--cluster-base-port', String(basePort), '--cluster-refresh-ms', String(opts.refreshMs ?? 10_000)];
+  if (opts.announceHost !== undefined) flags.push('--cluster-announce-host', opts.announceHost);
+  const proxy = await start(opts, flags);
+  return { ...proxy, basePort, cluster: proxy.app.cluster as ClusterManager };
+}
+
+async function start(opts: TestProxyOptions, extra: string[]): Promise<TestProxy> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-rules-'));
   const files = (opts.rules ?? [TEST_RULES]).map((text, i) => {
     const file = path.join(dir, `${i}.yaml`);
     fs.writeFileSync(file, text);
     return file;
   });
+  const { log, lines } = capturingLogger();
+  const config = testConfig(opts, opts.rules === undefined ? [STALWART_RULES, ...files] : files, extra);
+  const app = await startApp(config, log).catch((err: unknown) => {
+    fs.rmSync(dir, { recursive: true, force: true });
+    throw err;
+  });
+  return {
+    port: app.address.port,
+    stats: app.stats,
+    app,
+    rules: app.rules,
+    ruleFiles: files,
+    logs: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>),
+    close: async () => {
+      await app.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The Config the command line would build from these options (TLS material given directly). */
+function testConfig(opts: TestProxyOptions, rulePaths: string[], extra: string[]): Config {
+  const flags = [
+    '--listen', '127.0.0.1:0',
+    '--upstream', opts.upstream,
+    '--admin-listen', 'off',
+    '--hold-ms', String(opts.holdMs ?? 10),
+    '--connect-timeout-ms', String(opts.connectTimeoutMs ?? 2000),
+    '--idle-timeout-ms', String(opts.idleTimeoutMs ?? 0),
+    '--mode', opts.mode ?? 'enforce',
+    '--shutdown-timeout-ms', '1000',
+    ...rulePaths.flatMap((file) => ['--rules', file]),
+    ...extra,
+  ];
+  if (opts.lockPipelining) flags.push('--lock-pipelining');
+  if (opts.maxConnections !== undefined) flags.push('--max-connections', String(opts.maxConnections));
+  if (opts.stalwart !== undefined) flags.push('--stalwart', opts.stalwart);
+  const request = resolveConfig(flags, {});
+  if (request.kind !== 'run') throw new Error(`unexpected ${request.kind}`);
+  return {
+    ...request.config,
+    upstreamTls: opts.upstreamTls ?? request.config.upstreamTls,
+    listenerTls: opts.listenerTls ?? null,
+  };
+}
+
+/** A debug-level logger whose lines the test can read. */
+function capturingLogger() {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -75,98 +140,5 @@ function testSetup(opts: Pick<TestProxyOptions, 'rules' | 'stalwart'>) {
       done();
     },
   });
-  const log = pino({ level: 'debug' }, sink);
-  const stats = new Stats();
-  const choice = chooseRules(opts.rules === undefined ? [STALWART_RULES, ...files] : files, opts.stalwart);
-  const rules = new RuleStore(choice.paths, log, stats, choice.release);
-  const contextFor = (upstream: UpstreamConnector, o: TestProxyOptions, nodes: NodeDirectory | null = null): ProxyContext => ({
-    upstream,
-    rules: () => rules.current,
-    mode: o.mode ?? 'enforce',
-    holdMs: o.holdMs ?? 10,
-    connectTimeoutMs: o.connectTimeoutMs ?? 2000,
-    idleTimeoutMs: o.idleTimeoutMs ?? 0,
-    lockPipelining: o.lockPipelining ?? false,
-    cluster: nodes === null ? null : { nodes, announceHost: o.announceHost ?? null },
-    log,
-    stats,
-  });
-  return {
-    files,
-    log,
-    stats,
-    rules,
-    contextFor,
-    logs: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>),
-    cleanUp: () => {
-      rules.close();
-      fs.rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-export async function startTestProxy(opts: TestProxyOptions): Promise<TestProxy> {
-  const setup = testSetup(opts);
-  const server: ProxyServer = await startProxy(
-    { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
-    setup.contextFor(new UpstreamConnector(parseUpstreamUrl(opts.upstream), opts.upstreamTls ?? null), opts),
-  );
-  return testProxy(setup, server, () => server.close());
-}
-
-/** What a test sees of a started proxy; `closeServers` stops its listeners. */
-function testProxy(setup: ReturnType<typeof testSetup>, server: ProxyServer, closeServers: () => Promise<unknown>): TestProxy {
-  return {
-    port: server.address.port,
-    stats: setup.stats,
-    server,
-    rules: setup.rules,
-    ruleFiles: setup.files,
-    logs: setup.logs,
-    close: async () => {
-      await closeServers();
-      setup.cleanUp();
-    },
-  };
-}
-
-export interface ClusterTestProxy extends TestProxy {
-  readonly cluster: ClusterManager;
-  /** Listener ports start here (nodes in address order). */
-  readonly basePort: number;
-}
-
-/**
- * The proxy in cluster mode: the seed listener on a free port, node
- * listeners from a free range of ports.
- */
-export async function startClusterTestProxy(opts: TestProxyOptions & { refreshMs?: number }): Promise<ClusterTestProxy> {
-  const setup = testSetup(opts);
-  const seeds = opts.upstream.split(',').map(parseUpstreamUrl);
-  const basePort = await freePortRange(16);
-  const starting = ClusterManager.start({
-    seeds,
-    upstreamTls: opts.upstreamTls ?? null,
-    listenHost: '127.0.0.1',
-    reservedPorts: [],
-    listenerTls: opts.listenerTls ?? null,
-    basePort,
-    portMap: new Map(),
-    refreshMs: opts.refreshMs ?? 10_000,
-    connectTimeoutMs: opts.connectTimeoutMs ?? 2000,
-    shutdownTimeoutMs: 1000,
-    maxConnections: opts.maxConnections ?? 10_000,
-    contextFor: (upstream, nodes) => setup.contextFor(upstream, opts, nodes),
-    log: setup.log,
-    stats: setup.stats,
-  });
-  const cluster = await starting.catch((err: unknown) => {
-    setup.cleanUp();
-    throw err;
-  });
-  const server = await startProxy(
-    { listen: { host: '127.0.0.1', port: 0 }, tls: opts.listenerTls, maxConnections: opts.maxConnections },
-    setup.contextFor(new UpstreamConnector(seeds[0], opts.upstreamTls ?? null, cluster), opts, cluster),
-  );
-  return { ...testProxy(setup, server, () => Promise.all([server.close(), cluster.close()])), basePort, cluster };
+  return { log: pino({ level: 'debug' }, sink), lines };
 }

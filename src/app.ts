@@ -1,0 +1,196 @@
+/**
+ * The running proxy, built from a Config: the rules in force, the upstream (plain, Sentinel or
+ * a cluster's node listeners), the client listener, and the admin server. The command line and
+ * the tests both start the proxy here, so what the tests run is what operators run.
+ */
+import { readFileSync } from 'node:fs';
+import { createMetricsRegistry } from './admin/metrics.js';
+import { startAdminServer, type AdminServer } from './admin/server.js';
+import { ClusterManager } from './cluster/manager.js';
+import type { NodeDirectory } from './cluster/rewrite.js';
+import type { Config, ListenAddress } from './config.js';
+import type { Logger } from './log.js';
+import { describeRules, RuleStore } from './rules/store.js';
+import { startProxy, type ProxyServer } from './server.js';
+import type { ProxyContext } from './session.js';
+import { Stats } from './stats.js';
+import { UpstreamConnector } from './upstream/connect.js';
+import { probeUpstream } from './upstream/probe.js';
+import { SentinelMonitor } from './upstream/sentinel.js';
+
+/** Readiness is probed at most this often; scrapers may poll /readyz quickly. */
+const READY_CACHE_MS = 1000;
+
+export interface App {
+  /** Where clients connect (the seed listener in cluster mode), port 0 resolved. */
+  readonly address: ListenAddress;
+  /** The admin server's address, or null when it is off. */
+  readonly adminAddress: ListenAddress | null;
+  readonly rules: RuleStore;
+  readonly stats: Stats;
+  /** Cluster mode: the node listeners. */
+  readonly cluster: ClusterManager | null;
+  /** Client connections open, on every listener. */
+  readonly sessionCount: number;
+  /** What the start-up log line says: addresses, upstream, mode, rules, version. */
+  describe(): Record<string, unknown>;
+  /**
+   * Stops accepting, lets connections finish what is in flight (closing those still busy after
+   * `timeoutMs`), then stops the rest: rule watching, the admin server, Sentinel.
+   */
+  shutdown(timeoutMs: number): Promise<void>;
+  /** Closes everything at once. */
+  close(): Promise<void>;
+}
+
+export async function startApp(config: Config, log: Logger): Promise<App> {
+  const stats = new Stats();
+  const rules = new RuleStore(config.rulePaths, log, stats, config.release);
+  if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
+  for (const warning of config.warnings) log.warn(warning);
+  const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
+    upstream,
+    rules: () => rules.current,
+    mode: config.mode,
+    holdMs: config.holdMs,
+    connectTimeoutMs: config.connectTimeoutMs,
+    idleTimeoutMs: config.idleTimeoutMs,
+    lockPipelining: config.lockPipelining,
+    cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
+    log,
+    stats,
+  });
+
+  const sentinel = await startSentinel(config, log);
+  // Cluster mode: a listener per node; the --listen listener is the seed, going to any live node.
+  // (Cluster and Sentinel never go together: the config refuses that.)
+  const cluster = config.cluster === null ? null : await startCluster(config, contextFor, log, stats);
+  const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, cluster ?? sentinel);
+  const seed = await startProxy(
+    { listen: config.listen, tls: config.listenerTls, maxConnections: config.maxConnections },
+    contextFor(upstream, cluster),
+  ).catch(async (err: Error) => {
+    await Promise.all([cluster?.close(), sentinel?.close()]);
+    throw new Error(`listen ${config.listen.host}:${config.listen.port}: ${err.message}`, { cause: err });
+  });
+
+  sentinel?.on('switch', (from, to) => {
+    const closed = seed.closeSessionsTo(`${from.host}:${from.port}`);
+    log.warn({ from: `${from.host}:${from.port}`, to: `${to.host}:${to.port}`, closed }, 'master changed; closed the connections to the old master');
+  });
+
+  let lastProbe = { at: 0, result: { ok: false, detail: 'not probed yet' } };
+  const ready = async (): Promise<{ ok: boolean; detail: string }> => {
+    if (rules.current.rules.length === 0) return { ok: false, detail: 'no rules loaded' };
+    if (Date.now() - lastProbe.at > READY_CACHE_MS) {
+      lastProbe = { at: Date.now(), result: await probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)) };
+    }
+    return lastProbe.result;
+  };
+  let admin: AdminServer | null = null;
+  if (config.adminListen !== null) {
+    admin = await startAdminServer(config.adminListen, {
+      registry: createMetricsRegistry(stats, {
+        rulesLoaded: () => rules.current.rules.length,
+        ruleFiles: () => rules.current.files,
+        clusterNodes: cluster === null ? undefined : () => cluster.nodes(),
+      }),
+      ready,
+      log,
+    }).catch(async (err: Error) => {
+      await Promise.all([seed.close(), cluster?.close(), sentinel?.close()]);
+      const where = `${config.adminListen?.host}:${config.adminListen?.port}`;
+      throw new Error(`admin-listen ${where}: ${err.message} (another port, or --admin-listen off)`, { cause: err });
+    });
+  }
+  if (config.watchRules) rules.watch();
+
+  const stopRest = async (): Promise<void> => {
+    rules.close();
+    await Promise.all([admin?.close(), sentinel?.close()]);
+  };
+  return {
+    address: seed.address,
+    adminAddress: admin?.address ?? null,
+    rules,
+    stats,
+    cluster,
+    get sessionCount() {
+      return seed.sessionCount + (cluster?.sessionCount ?? 0);
+    },
+    describe: () => describeApp(config, seed, cluster, upstream, admin, rules),
+    async shutdown(timeoutMs: number) {
+      await Promise.all([seed.shutdown(timeoutMs), cluster?.shutdown(timeoutMs)]);
+      await stopRest();
+    },
+    async close() {
+      await Promise.all([seed.close(), cluster?.close()]);
+      await stopRest();
+    },
+  };
+}
+
+function startSentinel(config: Config, log: Logger): Promise<SentinelMonitor | null> {
+  if (config.sentinel === null) return Promise.resolve(null);
+  return SentinelMonitor.start({
+    sentinels: [...config.sentinel.sentinels],
+    masterName: config.sentinel.masterName,
+    username: config.sentinel.username,
+    password: config.sentinel.password,
+    log,
+  });
+}
+
+function startCluster(
+  config: Config,
+  contextFor: (upstream: UpstreamConnector, nodes: NodeDirectory) => ProxyContext,
+  log: Logger,
+  stats: Stats,
+): Promise<ClusterManager> {
+  const cluster = config.cluster as NonNullable<Config['cluster']>;
+  return ClusterManager.start({
+    seeds: cluster.seeds,
+    upstreamTls: config.upstreamTls,
+    listenHost: config.listen.host,
+    reservedPorts: config.listen.port === 0 ? [] : [config.listen.port],
+    listenerTls: config.listenerTls,
+    basePort: cluster.basePort,
+    portMap: cluster.portMap,
+    refreshMs: cluster.refreshMs,
+    connectTimeoutMs: config.connectTimeoutMs,
+    shutdownTimeoutMs: config.shutdownTimeoutMs,
+    maxConnections: config.maxConnections,
+    contextFor,
+    log,
+    stats,
+  });
+}
+
+function describeApp(
+  config: Config,
+  seed: ProxyServer,
+  cluster: ClusterManager | null,
+  upstream: UpstreamConnector,
+  admin: AdminServer | null,
+  rules: RuleStore,
+): Record<string, unknown> {
+  const byMode = { enforce: 0, observe: 0 };
+  for (const rule of rules.current.rules) byMode[config.mode === 'observe' ? 'observe' : rule.mode]++;
+  return {
+    listen: `${seed.address.host}:${seed.address.port}`,
+    ...(cluster === null ? {} : { clusterNodes: cluster.nodes().map((node) => `${node.address} (${node.role}) on ${node.listenPort}`) }),
+    tls: config.listenerTls !== null,
+    upstream: upstream.describe(),
+    admin: admin === null ? 'off' : `${admin.address.host}:${admin.address.port}`,
+    mode: config.mode,
+    ...describeRules(rules.current, config.mode),
+    enforce: byMode.enforce,
+    observe: byMode.observe,
+    version: packageVersion(),
+  };
+}
+
+export function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
