@@ -6,6 +6,12 @@
  * nutcracker; round 2 the same; ...) so that a slow patch of the machine
  * hits every target alike, and the report takes medians over rounds.
  *
+ * With `--baseline DIR`, the proxy as built in another checkout (an older
+ * commit, say) runs as one more target, `baseline`, started exactly like the
+ * proxy under test and interleaved with the others in the pass-through, lock
+ * and latency loads: a change is then measured against the code before it on
+ * the same machine at the same moment, not against figures from another day.
+ *
  * Last comes the cluster part (cluster.ts): a local Redis Cluster, the proxy
  * in cluster mode in front of it, and the same throughput loads against
  * both, interleaved by round in the same way.
@@ -33,11 +39,13 @@ import { runLatency } from './latency.js';
 import { runLockLoad, type LockLoadResult } from './lock-load.js';
 import { filesNeeded, idleConnections, readProcMemory, slowReader, type StreamOptions } from './memory.js';
 import {
+  cliOf,
   findExecutable,
   haproxyMaxconn,
   killAllNow,
   openFilesLimit,
-  repoRoot,
+  ownBuild,
+  revisionOf,
   startHaproxy,
   startNutcracker,
   startProxy,
@@ -45,6 +53,7 @@ import {
   stopAll,
   versionOf,
   type Managed,
+  type ProxyBuild,
   type Target,
   type TargetName,
 } from './processes.js';
@@ -131,6 +140,9 @@ const USAGE = `Usage: npm run bench -- [options]
                       ${CLUSTER_REQUESTS_FACTOR} times that in the cluster part)
   --lock-seconds S    duration of each lock load (default ${FULL.lockMs / 1000}, quick ${QUICK.lockMs / 1000})
   --without PARTS     leave out haproxy, nutcracker and/or cluster (comma-separated), as if not installed
+  --baseline DIR      also run the proxy built in DIR (another checkout with its own dist/cli.js, e.g. a
+                      git worktree of an older commit after npm ci there) as target "baseline", compared
+                      with the proxy in the pass-through, lock and latency tables
   -h, --help
 `;
 
@@ -144,10 +156,37 @@ function positive(name: string, text: string | undefined): number | undefined {
   return value;
 }
 
+/** --baseline DIR: another checkout's build of the proxy, the target 'baseline'. */
+interface Baseline {
+  /** Absolute. */
+  dir: string;
+  build: ProxyBuild;
+}
+
 interface Options {
   profile: Profile;
   json: string | null;
   without: Set<string>;
+  baseline: Baseline | null;
+}
+
+/**
+ * The checkout --baseline names, refused at once when it has no build: the
+ * bench would otherwise find out only after starting Redis and the peers.
+ * A relative DIR is taken from where `npm run bench` was typed (INIT_CWD),
+ * not from the package root npm runs the script in.
+ */
+function baselineOf(text: string | undefined): Baseline | null {
+  if (text === undefined) return null;
+  const dir = path.resolve(process.env.INIT_CWD ?? process.cwd(), text);
+  const cli = cliOf(dir);
+  if (!existsSync(cli)) {
+    throw new BenchError(
+      `--baseline ${text}: ${cli} is missing; DIR must be a checkout of redis-lock-proxy with its own build ` +
+        `(e.g. git worktree add /tmp/before <commit> && (cd /tmp/before && npm ci))`,
+    );
+  }
+  return { dir, build: { name: 'redis-lock-proxy (baseline)', cli } };
 }
 
 function parseOptions(argv: string[]): Options {
@@ -163,6 +202,7 @@ function parseOptions(argv: string[]): Options {
         'requests-p16': { type: 'string' },
         'lock-seconds': { type: 'string' },
         without: { type: 'string' },
+        baseline: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     }).values;
@@ -191,6 +231,7 @@ function parseOptions(argv: string[]): Options {
     },
     json: parsed.json ?? null,
     without,
+    baseline: baselineOf(parsed.baseline),
   };
 }
 
@@ -216,7 +257,7 @@ function findTools(without: Set<string>): Tools {
   if (!redisServer || !redisBenchmark) {
     throw new BenchError('redis-server and redis-benchmark are needed: apt-get install redis-server redis-tools');
   }
-  const cli = path.join(repoRoot(), 'dist', 'cli.js');
+  const { cli } = ownBuild();
   if (!existsSync(cli)) throw new BenchError(`${cli} is missing: npm run build first (npm run bench does)`);
   return {
     redisServer,
@@ -272,9 +313,24 @@ interface Setup {
   absent: PerTarget<string>;
 }
 
-async function startTargets(tools: Tools, without: Set<string>, dir: string, fdLimit: number): Promise<Setup> {
+/**
+ * The baseline's proxy, started like the one under test. An older build may
+ * lack a flag or its dependencies (no npm ci there): say which build failed.
+ */
+async function startBaseline(redisPort: number, baseline: Baseline): Promise<Managed> {
+  try {
+    return await startProxy(redisPort, [], baseline.build);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new BenchError(`the baseline ${baseline.build.cli} did not start (is it built, with npm ci run in ${baseline.dir}?): ${reason}`);
+  }
+}
+
+async function startTargets(tools: Tools, options: Options, dir: string, fdLimit: number): Promise<Setup> {
+  const { without } = options;
   const redis = await startRedis(tools.redisServer, dir);
   const proxy = await startProxy(redis.port);
+  const baseline = options.baseline ? await startBaseline(redis.port, options.baseline) : null;
   const pipelined = await startProxy(redis.port, ['--lock-pipelining']);
   const haproxy = tools.haproxy ? await startHaproxy(tools.haproxy, redis.port, dir, fdLimit) : null;
   if (haproxy && haproxyMaxconn(fdLimit) < 10_000) {
@@ -285,6 +341,7 @@ async function startTargets(tools: Tools, without: Set<string>, dir: string, fdL
   const targets: Target[] = [
     { name: 'direct', port: redis.port },
     { name: 'proxy', port: proxy.port },
+    ...(baseline ? [{ name: 'baseline' as const, port: baseline.port }] : []),
     ...(haproxy ? [{ name: 'haproxy' as const, port: haproxy.port }] : []),
     ...(nutcracker ? [{ name: 'nutcracker' as const, port: nutcracker.port }] : []),
   ];
@@ -298,10 +355,11 @@ async function startTargets(tools: Tools, without: Set<string>, dir: string, fdL
   return {
     redis,
     proxy,
-    running: [redis, proxy, pipelined, ...(haproxy ? [haproxy] : []), ...(nutcracker ? [nutcracker] : [])],
+    running: [redis, proxy, ...(baseline ? [baseline] : []), pipelined, ...(haproxy ? [haproxy] : []), ...(nutcracker ? [nutcracker] : [])],
     targets,
     lockTargets: [
-      ...targets.filter((t) => t.name === 'direct' || t.name === 'proxy'),
+      // The baseline takes the ordered path, like 'proxy': no --lock-pipelining.
+      ...targets.filter((t) => t.name === 'direct' || t.name === 'proxy' || t.name === 'baseline'),
       { name: 'pipelined' as const, port: pipelined.port },
       ...targets.filter((t) => t.name === 'haproxy'),
     ],
@@ -491,16 +549,19 @@ async function measureCluster(tools: Tools, without: Set<string>, profile: Profi
 
 async function main(): Promise<void> {
   const started = Date.now();
-  const { profile, json, without } = parseOptions(process.argv.slice(2));
+  const options = parseOptions(process.argv.slice(2));
+  const { profile, json, without, baseline } = options;
   const tools = findTools(without);
   const fdLimit = openFilesLimit();
   const machine = await describeMachine(tools, fdLimit);
   log(`bench: ${machine.cpus} CPUs (${machine.cpuModel}), Node ${machine.node}, Redis ${machine.redis}, open files ${fdLimit}`);
   log(`bench: ${machine.haproxy ?? 'haproxy absent'}; ${machine.nutcracker ?? 'nutcracker absent'}`);
   if (machine.busyCpuPercentAtStart > BUSY_WARNING_PERCENT) log(busyWarning(machine.busyCpuPercentAtStart));
+  const baselineInfo = baseline ? { dir: baseline.dir, revision: await revisionOf(baseline.dir) } : null;
+  if (baselineInfo) log(`bench: baseline ${baselineInfo.dir} (${baselineInfo.revision ?? 'not a git checkout'})`);
 
   cleanupDir = await mkdtemp(path.join(os.tmpdir(), 'redis-lock-proxy-bench-'));
-  const setup = await startTargets(tools, without, cleanupDir, fdLimit);
+  const setup = await startTargets(tools, options, cleanupDir, fdLimit);
   await warmUp(tools, profile, setup.targets, setup.lockTargets);
   const results = emptyResults();
   await runRounds(tools, setup, profile, results);
@@ -525,6 +586,7 @@ async function main(): Promise<void> {
         idleConnections: profile.idleConnections,
         clusterRequests,
         absent: setup.absent,
+        baseline: baselineInfo,
       }) +
       '\n',
   );
@@ -538,6 +600,8 @@ async function main(): Promise<void> {
       machine,
       profile: { ...profile, clusterRequests },
       absent,
+      // Only with --baseline, so that the document of a run without one is as before.
+      ...(baselineInfo ? { baseline: baselineInfo } : {}),
       raw: results,
       medians,
       verdicts,

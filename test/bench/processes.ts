@@ -3,7 +3,8 @@
  *
  * One redis-server, and in front of it the proxy (`node dist/cli.js`, its own
  * process so /proc/<pid>/status shows its memory alone), HAProxy in TCP mode
- * (an L4 baseline) and nutcracker (twemproxy, an L7 Redis proxy). Everything
+ * (an L4 baseline) and nutcracker (twemproxy, an L7 Redis proxy); with
+ * `--baseline DIR`, also another checkout's build of the proxy. Everything
  * listens on loopback on ports the OS picked. Every child goes into one
  * registry, so SIGINT or an error anywhere stops all of them (the Redis
  * Cluster of the cluster part too, see cluster.ts).
@@ -26,11 +27,14 @@ import { ReplyCounter } from './resp-counter.js';
 
 export const HOST = '127.0.0.1';
 
-export type TargetName = 'direct' | 'proxy' | 'pipelined' | 'haproxy' | 'nutcracker';
-/** The targets of the pass-through and latency loads. */
-export const TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'haproxy', 'nutcracker'];
+export type TargetName = 'direct' | 'proxy' | 'baseline' | 'pipelined' | 'haproxy' | 'nutcracker';
+/**
+ * The targets of the pass-through and latency loads. 'baseline' is the proxy
+ * as built in another checkout (--baseline DIR); it runs only when asked for.
+ */
+export const TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'haproxy', 'nutcracker'];
 /** The targets of the lock load: also the proxy with --lock-pipelining ('pipelined'); nutcracker cannot carry MULTI. */
-export const LOCK_TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'pipelined', 'haproxy'];
+export const LOCK_TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'pipelined', 'haproxy'];
 
 /** Something the loads connect to. */
 export interface Target {
@@ -138,6 +142,19 @@ export function versionOf(file: string, args: string[]): Promise<string> {
     execFile(file, args, { timeout: 5_000 }, (_error, stdout, stderr) => {
       const text = `${stdout}`.trim() || `${stderr}`.trim();
       resolve(text.split('\n')[0] ?? '');
+    });
+  });
+}
+
+/**
+ * The commit a checkout is at (`git describe --always --dirty`), or null when
+ * it is no git checkout: the report names the baseline by it, since a
+ * directory such as /tmp/before says nothing about which code it holds.
+ */
+export function revisionOf(dir: string): Promise<string | null> {
+  return new Promise((resolve) => {
+    execFile('git', ['-C', dir, 'describe', '--always', '--dirty'], { timeout: 5_000 }, (error, stdout) => {
+      resolve(error ? null : `${stdout}`.trim() || null);
     });
   });
 }
@@ -318,18 +335,39 @@ export function redisArgs(port: number, dir: string): string[] {
   return args;
 }
 
-/** The proxy under test, exactly as an operator runs it, minus the admin server and info logs. */
-export async function startProxy(redisPort: number, extraArgs: string[] = []): Promise<Managed> {
+/** The build of one checkout of the proxy: its `dist/cli.js`, and the name its process goes by in error messages. */
+export interface ProxyBuild {
+  name: string;
+  cli: string;
+}
+
+/** The `dist/cli.js` of the checkout at `root`. */
+export function cliOf(root: string): string {
+  return path.join(root, 'dist', 'cli.js');
+}
+
+/** This checkout's build: the proxy under test. */
+export function ownBuild(): ProxyBuild {
+  return { name: 'redis-lock-proxy', cli: cliOf(repoRoot()) };
+}
+
+/**
+ * The proxy under test, exactly as an operator runs it, minus the admin
+ * server and info logs. `build` picks the checkout: the baseline target is
+ * another checkout's build started the same way, so that only the code
+ * differs between the two.
+ */
+export async function startProxy(redisPort: number, extraArgs: string[] = [], build: ProxyBuild = ownBuild()): Promise<Managed> {
   const port = await freePort();
-  const proxy = spawnProxy(port, ['--upstream', `redis://${HOST}:${redisPort}`, '--admin-listen', 'off', ...extraArgs]);
+  const proxy = spawnProxy(port, ['--upstream', `redis://${HOST}:${redisPort}`, '--admin-listen', 'off', ...extraArgs], build);
   await waitReady(proxy, port);
   return proxy;
 }
 
 /** `node dist/cli.js --listen 127.0.0.1:<port>` with warnings only, and `args` (the upstream, the admin server). */
-export function spawnProxy(port: number, args: string[]): Managed {
-  const cli = path.join(repoRoot(), 'dist', 'cli.js');
-  return spawnTracked('redis-lock-proxy', process.execPath, [cli, '--listen', `${HOST}:${port}`, '--log-level', 'warn', ...args], port);
+export function spawnProxy(port: number, args: string[], build: ProxyBuild = ownBuild()): Managed {
+  const argv = [build.cli, '--listen', `${HOST}:${port}`, '--log-level', 'warn', ...args];
+  return spawnTracked(build.name, process.execPath, argv, port);
 }
 
 /**

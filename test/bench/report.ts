@@ -1,7 +1,8 @@
 /**
  * From raw figures to what a reader needs: medians over rounds (one slow
  * round from a noisy neighbour should not decide anything), ratios against
- * direct Redis and the peers, and a PASS/FAIL line per target of the issue.
+ * direct Redis and the peers (and, with --baseline, against another build of
+ * the proxy), and a PASS/FAIL line per target of the issue.
  */
 import { bypassing, MASTERS, NODES, type Routing } from './cluster.js';
 import type { LatencyResult } from './latency.js';
@@ -224,6 +225,16 @@ export interface ReportContext {
   clusterRequests: Record<Pipeline, number>;
   /** Why a peer column is empty, e.g. "haproxy not installed". */
   absent: PerTarget<string>;
+  /** The checkout behind the 'baseline' target; null: no --baseline, and no baseline column. */
+  baseline: { dir: string; revision: string | null } | null;
+}
+
+/**
+ * The target columns of a table: 'baseline' only in a run with --baseline,
+ * so that a run without one prints exactly as before.
+ */
+function targetColumns(names: readonly TargetName[], ctx: ReportContext): TargetName[] {
+  return names.filter((name) => name !== 'baseline' || ctx.baseline !== null);
 }
 
 export function renderReport(results: Results, m: Medians, verdicts: Verdict[], ctx: ReportContext): string {
@@ -233,18 +244,32 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
     const r = ratioOf(a, b);
     return r === undefined ? '-' : r.toFixed(2);
   };
+  // The proxy/baseline column, last of the ratios; without --baseline neither it nor the baseline column is there.
+  const vsBaseline = ctx.baseline === null ? [] : ['proxy/baseline'];
+  const baselineRatio = (proxy: number | undefined, baseline: number | undefined): string[] =>
+    ctx.baseline === null ? [] : [ratio(proxy, baseline)];
+  const targets = targetColumns(TARGET_NAMES, ctx);
+  const lockTargets = targetColumns(LOCK_TARGET_NAMES, ctx);
   const rounds = `median of ${ctx.rounds} round${ctx.rounds === 1 ? '' : 's'}`;
   const out: string[] = [];
+
+  if (ctx.baseline !== null) {
+    const { dir, revision } = ctx.baseline;
+    out.push(`Baseline: the proxy built in ${dir} (${revision ?? 'not a git checkout'}), started like proxy, in every round with it`);
+    out.push('  (proxy/baseline above 1: the proxy under test is faster; in the latency table, slower)');
+    out.push('');
+  }
 
   out.push(`Pass-through: redis-benchmark, ${ctx.clients} clients, requests/s, ${rounds}`);
   const ptRows = perTest(m.passThrough, (label, v) => [
     label,
-    ...TARGET_NAMES.map((name) => cell(name, v(name), int)),
+    ...targets.map((name) => cell(name, v(name), int)),
     ratio(v('proxy'), v('direct')),
     ratio(v('proxy'), v('haproxy')),
     ratio(v('proxy'), v('nutcracker')),
+    ...baselineRatio(v('proxy'), v('baseline')),
   ]);
-  out.push(table(['load', ...TARGET_NAMES, 'proxy/direct', 'proxy/haproxy', 'proxy/nutcracker'], ptRows));
+  out.push(table(['load', ...targets, 'proxy/direct', 'proxy/haproxy', 'proxy/nutcracker', ...vsBaseline], ptRows));
 
   out.push('');
   out.push(`Lock acquisition: ${ctx.lockConnections} connections, 1 request in 5 a Stalwart lock block (counted as 1), requests/s, ${rounds}`);
@@ -252,13 +277,14 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
   out.push('   nutcracker does not support MULTI)');
   out.push(
     table(
-      ['load', ...LOCK_TARGET_NAMES, 'proxy/direct', 'pipelined/direct', 'proxy/haproxy'],
+      ['load', ...lockTargets, 'proxy/direct', 'pipelined/direct', 'proxy/haproxy', ...vsBaseline],
       PIPELINES.map((p) => [
         `lock ${p.toUpperCase()}`,
-        ...LOCK_TARGET_NAMES.map((name) => cell(name, m.lock[p][name], int)),
+        ...lockTargets.map((name) => cell(name, m.lock[p][name], int)),
         ratio(m.lock[p].proxy, m.lock[p].direct),
         ratio(m.lock[p].pipelined, m.lock[p].direct),
         ratio(m.lock[p].proxy, m.lock[p].haproxy),
+        ...baselineRatio(m.lock[p].proxy, m.lock[p].baseline),
       ]),
     ),
   );
@@ -276,11 +302,12 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
     const direct = v('direct');
     return [
       p === 'p999' ? 'p99.9' : p,
-      ...TARGET_NAMES.map((name) => cell(name, v(name), fixed(1))),
+      ...targets.map((name) => cell(name, v(name), fixed(1))),
       proxy !== undefined && direct !== undefined ? micros(proxy - direct).replace(' µs', '') : '-',
+      ...baselineRatio(proxy, v('baseline')),
     ];
   });
-  out.push(table(['percentile', ...TARGET_NAMES, 'added (proxy-direct)'], latencyRows));
+  out.push(table(['percentile', ...targets, 'added (proxy-direct)', ...vsBaseline], latencyRows));
 
   out.push('');
   out.push('Memory: the proxy process (/proc/<pid>/status), a fresh proxy for each test');
