@@ -4,6 +4,7 @@
  * the tests both start the proxy here, so what the tests run is what operators run.
  */
 import { readFileSync } from 'node:fs';
+import { formatAddress } from './address.js';
 import { createMetricsRegistry } from './admin/metrics.js';
 import { startAdminServer, type AdminServer } from './admin/server.js';
 import { ClusterManager } from './cluster/manager.js';
@@ -12,7 +13,7 @@ import type { Config, ListenAddress } from './config.js';
 import type { Logger } from './log.js';
 import { describeRules, RuleStore } from './rules/store.js';
 import { startProxy, type ProxyServer } from './server.js';
-import type { ProxyContext } from './session.js';
+import type { ProxyContext } from './session/session.js';
 import { Stats } from './stats.js';
 import { UpstreamConnector } from './upstream/connect.js';
 import { probeUpstream } from './upstream/probe.js';
@@ -22,13 +23,13 @@ import { SentinelMonitor } from './upstream/sentinel.js';
 const READY_CACHE_MS = 1000;
 
 export interface App {
-  /** Where clients connect (the seed listener in cluster mode), port 0 resolved. */
+  /** Where clients connect (the seed listener with --cluster), port 0 resolved. */
   readonly address: ListenAddress;
   /** The admin server's address, or null when it is off. */
   readonly adminAddress: ListenAddress | null;
   readonly rules: RuleStore;
   readonly stats: Stats;
-  /** Cluster mode: the node listeners. */
+  /** With --cluster: the node listeners. */
   readonly cluster: ClusterManager | null;
   /** Client connections open, on every listener. */
   readonly sessionCount: number;
@@ -62,7 +63,7 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
   });
 
   const sentinel = await startSentinel(config, log);
-  // Cluster mode: a listener per node; the --listen listener is the seed, going to any live node.
+  // With --cluster: a listener per node; the --listen listener is the seed, going to any live node.
   // (Cluster and Sentinel never go together: the config refuses that.)
   const cluster = config.cluster === null ? null : await startCluster(config, contextFor, log, stats);
   const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, cluster ?? sentinel);
@@ -71,12 +72,12 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
     contextFor(upstream, cluster),
   ).catch(async (err: Error) => {
     await Promise.all([cluster?.close(), sentinel?.close()]);
-    throw new Error(`listen ${config.listen.host}:${config.listen.port}: ${err.message}`, { cause: err });
+    throw new Error(`listen ${formatAddress(config.listen.host, config.listen.port)}: ${err.message}`, { cause: err });
   });
 
   sentinel?.on('switch', (from, to) => {
-    const closed = seed.closeSessionsTo(`${from.host}:${from.port}`);
-    log.warn({ from: `${from.host}:${from.port}`, to: `${to.host}:${to.port}`, closed }, 'master changed; closed the connections to the old master');
+    const closed = seed.closeSessionsTo(formatAddress(from.host, from.port));
+    log.warn({ from: formatAddress(from.host, from.port), to: formatAddress(to.host, to.port), closed }, 'master changed; closed the connections to the old master');
   });
 
   let lastProbe = { at: 0, result: { ok: false, detail: 'not probed yet' } };
@@ -88,8 +89,9 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
     return lastProbe.result;
   };
   let admin: AdminServer | null = null;
-  if (config.adminListen !== null) {
-    admin = await startAdminServer(config.adminListen, {
+  const adminListen = config.adminListen;
+  if (adminListen !== null) {
+    admin = await startAdminServer(adminListen, {
       registry: createMetricsRegistry(stats, {
         rulesLoaded: () => rules.current.rules.length,
         ruleFiles: () => rules.current.files,
@@ -99,7 +101,7 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
       log,
     }).catch(async (err: Error) => {
       await Promise.all([seed.close(), cluster?.close(), sentinel?.close()]);
-      const where = `${config.adminListen?.host}:${config.adminListen?.port}`;
+      const where = formatAddress(adminListen.host, adminListen.port);
       throw new Error(`admin-listen ${where}: ${err.message} (another port, or --admin-listen off)`, { cause: err });
     });
   }
@@ -177,11 +179,11 @@ function describeApp(
   const byMode = { enforce: 0, observe: 0 };
   for (const rule of rules.current.rules) byMode[config.mode === 'observe' ? 'observe' : rule.mode]++;
   return {
-    listen: `${seed.address.host}:${seed.address.port}`,
+    listen: formatAddress(seed.address.host, seed.address.port),
     ...(cluster === null ? {} : { clusterNodes: cluster.nodes().map((node) => `${node.address} (${node.role}) on ${node.listenPort}`) }),
     tls: config.listenerTls !== null,
     upstream: upstream.describe(),
-    admin: admin === null ? 'off' : `${admin.address.host}:${admin.address.port}`,
+    admin: admin === null ? 'off' : formatAddress(admin.address.host, admin.address.port),
     mode: config.mode,
     ...describeRules(rules.current, config.mode),
     enforce: byMode.enforce,

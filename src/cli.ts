@@ -10,8 +10,10 @@
  * SIGHUP reloads the rules.
  */
 import { packageVersion, startApp, type App } from './app.js';
-import { resolveConfig, USAGE, type Config } from './config.js';
+import { resolveConfig, type Config } from './config.js';
 import { createLogger, type Logger } from './log.js';
+import type { Io } from './ops/command.js';
+import { USAGE } from './settings.js';
 
 async function run(config: Config): Promise<void> {
   const log = createLogger(config.logLevel);
@@ -65,12 +67,6 @@ function stopWithLauncher(log: Logger, shutdown: (signal: string) => void): void
     shutdown('launcher exit');
   }, LAUNCHER_CHECK_MS);
   timer.unref();
-}
-
-interface Io {
-  stdout: (text: string) => void;
-  stderr: (text: string) => void;
-  env: NodeJS.ProcessEnv;
 }
 
 /** `verify` and `locks`: operator tools in their own modules, loaded only when used. */

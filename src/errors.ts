@@ -1,11 +1,17 @@
 /**
- * The errors the proxy raises for what an operator gave it. Each has a stable `code`, and a
- * message that says what is wrong and where; a wrapped error is kept as `cause`.
+ * Every error class of the proxy, each with a stable `code` and a message that says what is
+ * wrong and where; a wrapped error is kept as `cause`. First those for what an operator gave
+ * it, then those of its own work.
  */
 
 /** A setting the operator gave is wrong; the message says which and why. Exit code 2. */
 export class ConfigError extends Error {
   readonly code = 'ECONFIG';
+}
+
+/** An operator command (`verify`, `locks`) was given options it cannot use. Exit code 2. */
+export class UsageError extends Error {
+  readonly code = 'EUSAGE';
 }
 
 /** Where in the rule files a problem is; every part but `file` is optional. */
@@ -46,4 +52,31 @@ function formatLocation({ file, rule, ruleName, field }: RuleFileLocation): stri
   }
   if (field !== undefined) text += `: field ${JSON.stringify(field)}`;
   return text;
+}
+
+/** `verify`: a rule that did not hold through the proxy (or could not be tested); the message says why. */
+export class RuleFailure extends Error {
+  readonly code = 'EVERIFY';
+
+  constructor(
+    readonly rule: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The cluster's nodes could not be learnt: no node answered, or not as a cluster node does. */
+export class TopologyError extends Error {
+  readonly code = 'ETOPOLOGY';
+}
+
+/** A wait for an answer (a sentinel's) ran out of time. */
+export class TimeoutError extends Error {
+  readonly code = 'ETIMEOUT';
+}
+
+/** A wait was cut short because what waited is closing. */
+export class ClosedError extends Error {
+  readonly code = 'ECLOSED';
 }

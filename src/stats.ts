@@ -50,11 +50,11 @@ export class Stats {
   blocksPipelined = 0;
   /** Per-rule block counts, by rule name. */
   readonly byRule = new Map<string, RuleCounters>();
-  /** Cluster mode: -MOVED/-ASK replies whose node address was rewritten. */
+  /** With --cluster: -MOVED/-ASK replies whose node address was rewritten. */
   redirectsRewritten = 0;
-  /** Cluster mode: CLUSTER SLOTS/SHARDS/NODES/REPLICAS replies rewritten. */
+  /** With --cluster: CLUSTER SLOTS/SHARDS/NODES/REPLICAS replies rewritten. */
   topologyRepliesRewritten = 0;
-  /** Cluster mode: topology refreshes that succeeded and that failed. */
+  /** With --cluster: topology refreshes that succeeded and that failed. */
   clusterRefreshes = 0;
   clusterRefreshFailures = 0;
   /** Rule reloads that succeeded and that were refused. */

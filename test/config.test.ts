@@ -3,7 +3,8 @@
  * addresses, upstream URLs, and the AUTH/SELECT the proxy sends upstream.
  */
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_RULES_DIR, OPTIONS, parseListen, resolveConfig, type Config } from '../src/config.js';
+import { DEFAULT_RULES_DIR, parseListen, resolveConfig, type Config } from '../src/config.js';
+import { OPTIONS } from '../src/settings.js';
 import { ConfigError, parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
 
 /** resolveConfig, expecting a runnable configuration. */

@@ -20,7 +20,7 @@ export interface MetricsOptions {
   rulesLoaded?: () => number;
   /** Rule files currently loaded; `rule_file_info{file}` is exposed only when given. */
   ruleFiles?: () => readonly string[];
-  /** Cluster mode: node listeners by role; the cluster metrics are exposed only when given. */
+  /** With --cluster: node listeners by role; the cluster metrics are exposed only when given. */
   clusterNodes?: () => ReadonlyArray<{ role: string | null; listening: boolean }>;
 }
 

@@ -1,5 +1,5 @@
 /**
- * Cluster mode: one listener per cluster node, each a plain 1:1 proxy to that
+ * In front of a Redis Cluster (--cluster): one listener per cluster node, each a plain 1:1 proxy to that
  * node, plus the seed listener (--listen), which goes to any live node.
  *
  * Listener ports come from --cluster-port-map or, for the rest, from
@@ -14,16 +14,17 @@
  * proxy: every node, master or replica, has its listener, and clients follow
  * the -MOVED replies (rewritten) to the new master.
  */
-import net from 'node:net';
+import { formatAddress } from '../address.js';
 import type { ListenerTls, UpstreamTls } from '../config.js';
+import { TopologyError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { startProxy, type ProxyServer } from '../server.js';
-import type { ProxyContext } from '../session.js';
+import type { ProxyContext } from '../session/session.js';
 import type { Stats } from '../stats.js';
 import { UpstreamConnector, type UpstreamLocator } from '../upstream/connect.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 import type { NodeDirectory } from './rewrite.js';
-import { fetchTopology, TopologyError, type ClusterNodeInfo } from './topology.js';
+import { fetchTopology, type ClusterNodeInfo } from './topology.js';
 
 export interface ClusterManagerOptions {
   /** Seed URLs: where the topology is first asked; credentials and TLS apply to every node. */
@@ -35,7 +36,7 @@ export interface ClusterManagerOptions {
   readonly reservedPorts: readonly number[];
   readonly listenerTls: ListenerTls | null;
   readonly basePort: number;
-  /** Fixed listener ports by node address (`host:port` as the cluster announces it). */
+  /** Fixed listener ports by node address (`host:port`, as formatAddress writes it). */
   readonly portMap: ReadonlyMap<string, number>;
   readonly refreshMs: number;
   readonly connectTimeoutMs: number;
@@ -71,10 +72,6 @@ const MAX_NODES = 1000;
 const RETIRED_PORT_KEEP_MS = 60 * 60 * 1000;
 /** A -MOVED refreshes the topology at most this often. */
 const REDIRECT_REFRESH_MS = 1000;
-
-function addressOf(host: string, port: number): string {
-  return `${host}:${port}`;
-}
 
 export class ClusterManager implements NodeDirectory, UpstreamLocator {
   private readonly byAddress = new Map<string, NodeListener>();
@@ -116,7 +113,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     const unbound = [...manager.byAddress.values()].filter((node) => node.server === null);
     if (unbound.length > 0) {
       await manager.close();
-      const which = unbound.map((node) => `${options.listenHost}:${node.listenPort} for node ${node.address} (${node.bindError})`);
+      const which = unbound.map((node) => `${formatAddress(options.listenHost, node.listenPort)} for node ${node.address} (${node.bindError})`);
       throw new TopologyError(`cluster: cannot listen on ${which.join(', ')}; choose free ports with --cluster-base-port or --cluster-port-map`);
     }
     manager.refreshTimer = setInterval(() => void manager.refresh('interval'), options.refreshMs);
@@ -131,7 +128,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   }
 
   portForAddress(host: string, port: number): number | undefined {
-    const address = addressOf(host, port);
+    const address = formatAddress(host, port);
     const known = this.byAddress.get(address) ?? this.byHostname.get(address);
     if (known !== undefined) return known.listenPort;
     // A node the proxy has not seen yet (it joined since the last refresh): listen for it now, so
@@ -212,7 +209,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       try {
         return await fetchTopology(this.options.seeds[0], this.options.upstreamTls, host, port, this.options.connectTimeoutMs);
       } catch (err) {
-        errors.push(`${addressOf(host, port)}: ${(err as Error).message}`);
+        errors.push(`${formatAddress(host, port)}: ${(err as Error).message}`);
       }
     }
     throw new TopologyError(`no node answered (${errors.slice(0, 3).join('; ')})`);
@@ -221,7 +218,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   private apply(nodes: readonly ClusterNodeInfo[]): void {
     const seen = new Set<NodeListener>();
     for (const info of nodes) {
-      const listener = this.byAddress.get(addressOf(info.host, info.port)) ?? this.add(info.host, info.port, info);
+      const listener = this.byAddress.get(formatAddress(info.host, info.port)) ?? this.add(info.host, info.port, info);
       if (listener === null) continue;
       seen.add(listener);
       this.describeNode(listener, info);
@@ -239,10 +236,10 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   private describeNode(listener: NodeListener, info: ClusterNodeInfo): void {
     const before = listener.info;
     if (before !== null && before.id !== info.id) this.byId.delete(before.id);
-    if (before?.hostname) this.byHostname.delete(addressOf(before.hostname, listener.port));
+    if (before?.hostname) this.byHostname.delete(formatAddress(before.hostname, listener.port));
     listener.info = info;
     this.byId.set(info.id, listener);
-    if (info.hostname !== '') this.byHostname.set(addressOf(info.hostname, info.port), listener);
+    if (info.hostname !== '') this.byHostname.set(formatAddress(info.hostname, info.port), listener);
     if (before !== null && before.role !== info.role) {
       this.options.log.info({ node: listener.address, id: info.id, was: before.role, now: info.role }, 'cluster: node changed role');
     }
@@ -250,7 +247,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
 
   /** Registers a node and starts its listener; null when no port is left for it. */
   private add(host: string, port: number, info: ClusterNodeInfo | null): NodeListener | null {
-    const address = addressOf(host, port);
+    const address = formatAddress(host, port);
     if (this.byAddress.size >= MAX_NODES) {
       this.options.log.error({ node: address, max: MAX_NODES }, 'cluster: too many nodes; not listening for this one');
       return null;
@@ -269,7 +266,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
 
   private portFor(address: string, info: ClusterNodeInfo | null): number | null {
     const mapped =
-      this.options.portMap.get(address) ?? (info?.hostname ? this.options.portMap.get(addressOf(info.hostname, info.port)) : undefined);
+      this.options.portMap.get(address) ?? (info?.hostname ? this.options.portMap.get(formatAddress(info.hostname, info.port)) : undefined);
     if (mapped !== undefined) return mapped;
     const retired = this.retiredPorts.get(address);
     this.retiredPorts.delete(address);
@@ -303,7 +300,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       host: listener.host,
       port: listener.port,
       db: 0,
-      display: `${seed.tls ? 'rediss' : 'redis'}://${net.isIPv6(listener.host) ? `[${listener.host}]` : listener.host}:${listener.port}`,
+      display: `${seed.tls ? 'rediss' : 'redis'}://${formatAddress(listener.host, listener.port)}`,
     };
     const connector = new UpstreamConnector(target, o.upstreamTls, null);
     listener.starting = startProxy({ listen: { host: o.listenHost, port: listener.listenPort }, tls: o.listenerTls, maxConnections: o.maxConnections }, o.contextFor(connector, this))
@@ -311,11 +308,11 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
         listener.server = server;
         listener.bindError = null;
         if (this.closed || !this.byAddress.has(listener.address)) void server.close();
-        else o.log.info({ node: listener.address, listen: `${o.listenHost}:${listener.listenPort}`, role: listener.info?.role }, 'cluster: listening for node');
+        else o.log.info({ node: listener.address, listen: formatAddress(o.listenHost, listener.listenPort), role: listener.info?.role }, 'cluster: listening for node');
       })
       .catch((err: Error) => {
         listener.bindError = err.message;
-        o.log.error({ node: listener.address, listen: `${o.listenHost}:${listener.listenPort}`, err: err.message }, 'cluster: cannot listen for node (retried at the next refresh)');
+        o.log.error({ node: listener.address, listen: formatAddress(o.listenHost, listener.listenPort), err: err.message }, 'cluster: cannot listen for node (retried at the next refresh)');
       })
       .finally(() => (listener.starting = null));
   }
@@ -324,7 +321,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   private retire(listener: NodeListener): void {
     this.byAddress.delete(listener.address);
     if (listener.info !== null && this.byId.get(listener.info.id) === listener) this.byId.delete(listener.info.id);
-    if (listener.info?.hostname) this.byHostname.delete(addressOf(listener.info.hostname, listener.port));
+    if (listener.info?.hostname) this.byHostname.delete(formatAddress(listener.info.hostname, listener.port));
     if (![...this.options.portMap.values()].includes(listener.listenPort)) this.usedPorts.delete(listener.listenPort);
     this.retiredPorts.set(listener.address, { port: listener.listenPort, at: Date.now() });
     this.options.log.warn({ node: listener.address, listen: listener.listenPort }, 'cluster: node left the cluster; draining its listener');

@@ -1,6 +1,6 @@
 /**
- * -MOVED and -ASK lines in one connection's server-to-client stream (cluster
- * mode). The reply scanner stops after every error line, at any depth (an
+ * -MOVED and -ASK lines in one connection's server-to-client stream (with
+ * --cluster). The reply scanner stops after every error line, at any depth (an
  * EXEC array, say); a redirect is passed on rewritten (see rewrite.ts), any
  * other error as it is. A redirect that TCP splits across reads is held
  * until its end arrives, so that it is always rewritten whole.

@@ -6,6 +6,7 @@
 import net from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { UpstreamTls } from '../config.js';
+import { TopologyError } from '../errors.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 
 export interface ClusterNodeInfo {
@@ -21,8 +22,6 @@ export interface ClusterNodeInfo {
   /** Slot ranges served, [start, end] each (masters). */
   readonly slots: ReadonlyArray<readonly [number, number]>;
 }
-
-export class TopologyError extends Error {}
 
 function redisOptionsFor(target: UpstreamTarget, tls: UpstreamTls | null, host: string, port: number, timeoutMs: number): RedisOptions {
   return {
@@ -67,20 +66,23 @@ export async function fetchTopology(
     try {
       await redis.connect();
     } catch (err) {
-      throw new TopologyError(`cannot connect: ${(lastError ?? (err as Error)).message}`);
+      const cause = lastError ?? (err as Error);
+      throw new TopologyError(`cannot connect: ${cause.message}`, { cause });
     }
     try {
       return parseShards(await redis.call('CLUSTER', 'SHARDS'), host, tls !== null);
     } catch (err) {
       const message = (err as Error).message;
-      if (/cluster support disabled/i.test(message)) throw new TopologyError('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis');
+      if (/cluster support disabled/i.test(message)) {
+        throw new TopologyError('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis', { cause: err });
+      }
       // Redis before 7.0 has no SHARDS, and an ACL may allow NODES but not SHARDS: NODES then.
-      if (!/unknown subcommand|unknown command|^NOPERM/i.test(message)) throw new TopologyError(`CLUSTER SHARDS failed: ${message}`);
+      if (!/unknown subcommand|unknown command|^NOPERM/i.test(message)) throw new TopologyError(`CLUSTER SHARDS failed: ${message}`, { cause: err });
     }
     try {
       return parseNodes(String(await redis.call('CLUSTER', 'NODES')), host);
     } catch (err) {
-      throw new TopologyError(`CLUSTER NODES failed: ${(err as Error).message}`);
+      throw new TopologyError(`CLUSTER NODES failed: ${(err as Error).message}`, { cause: err });
     }
   } finally {
     redis.disconnect();

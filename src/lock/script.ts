@@ -4,6 +4,8 @@
  * expects from MULTI / INCR[BY] / [P]EXPIRE / EXEC.
  */
 import { createHash } from 'node:crypto';
+import { encodeCommand } from '../resp/encode.js';
+import { REPLIES_HEAD } from './block-replies.js';
 
 /**
  * KEYS[1]: the key. ARGV: increment command, delta, expiry command, expiry.
@@ -61,28 +63,12 @@ export interface LockCall {
   ttl: Buffer;
 }
 
-const CRLF = Buffer.from('\r\n');
-const EVALSHA_HEAD = Buffer.from(`*8\r\n$7\r\nEVALSHA\r\n$40\r\n${LOCK_SCRIPT_SHA}\r\n$1\r\n1\r\n`);
-const EVAL_HEAD = Buffer.from(`*8\r\n$4\r\nEVAL\r\n$${Buffer.byteLength(LOCK_SCRIPT)}\r\n${LOCK_SCRIPT}\r\n$1\r\n1\r\n`);
-
-function bulk(parts: Buffer[], value: Buffer | string): void {
-  const bytes = typeof value === 'string' ? Buffer.from(value, 'latin1') : value;
-  parts.push(Buffer.from(`$${bytes.length}\r\n`), bytes, CRLF);
-}
-
 /** The RESP command that runs the script: EVALSHA normally, EVAL when the script cache lost it. */
 export function encodeLockCall(call: LockCall, withSource: boolean): Buffer {
-  const parts: Buffer[] = [withSource ? EVAL_HEAD : EVALSHA_HEAD];
-  bulk(parts, call.key);
-  bulk(parts, call.increment);
-  bulk(parts, call.delta);
-  bulk(parts, call.expire);
-  bulk(parts, call.ttl);
-  return Buffer.concat(parts);
+  return withSource
+    ? encodeCommand('EVAL', LOCK_SCRIPT, '1', call.key, call.increment, call.delta, call.expire, call.ttl)
+    : encodeCommand('EVALSHA', LOCK_SCRIPT_SHA, '1', call.key, call.increment, call.delta, call.expire, call.ttl);
 }
-
-/** The first three replies of every rewritten block, and the EXEC array header. */
-const REPLIES_HEAD = Buffer.from('+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n');
 
 export type ScriptOutcome =
   /** The script ran: these are the client's four replies. */

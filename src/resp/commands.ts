@@ -30,7 +30,7 @@ export const Cmd = {
   Uncountable: 13,
   /** AUTH and HELLO: they can change the connection's user, and so what it may run. */
   Auth: 14,
-  /** CLUSTER: SLOTS, SHARDS, NODES and REPLICAS replies carry node addresses (cluster mode). */
+  /** CLUSTER: SLOTS, SHARDS, NODES and REPLICAS replies carry node addresses (rewritten with --cluster). */
   Cluster: 15,
   /** ASKING: lets the next command run on a node importing its slot. */
   Asking: 16,

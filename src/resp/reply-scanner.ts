@@ -41,7 +41,7 @@ export class ReplyScanner {
   /** Whether the top-level frame in progress (or last completed) is a push. */
   isPush = false;
   /**
-   * Stop after every simple error line, at any depth (cluster mode: `-MOVED`
+   * Stop after every simple error line, at any depth (with --cluster: `-MOVED`
    * and `-ASK` carry node addresses, also inside EXEC arrays).
    */
   trackErrors = false;

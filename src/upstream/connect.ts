@@ -5,6 +5,7 @@
  */
 import net from 'node:net';
 import tls from 'node:tls';
+import { formatAddress } from '../address.js';
 import type { UpstreamTls } from '../config.js';
 import type { UpstreamTarget } from './target.js';
 
@@ -41,7 +42,7 @@ export class UpstreamConnector {
       return { socket: net.connect({ path: this.target.path, allowHalfOpen: true }), readyEvent: 'connect', address: this.target.path };
     }
     const { host, port } = this.locator !== null ? this.locator.locate() : { host: this.target.host as string, port: this.target.port ?? DEFAULT_PORT };
-    const address = net.isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`;
+    const address = formatAddress(host, port);
     if (this.tlsOptions === null) {
       const socket = net.connect({ host, port, allowHalfOpen: true, noDelay: true, keepAlive: true });
       return { socket, readyEvent: 'connect', address };

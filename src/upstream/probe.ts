@@ -2,11 +2,12 @@
  * Is the upstream reachable? One short connection: the URL's AUTH/SELECT if
  * any, then PING. Used by /readyz.
  */
+import { encodeCommand } from '../resp/encode.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
 import type { UpstreamConnector } from './connect.js';
 import { setupCommands } from './target.js';
 
-const PING = Buffer.from('*1\r\n$4\r\nPING\r\n');
+const PING = encodeCommand('PING');
 
 export function probeUpstream(connector: UpstreamConnector, timeoutMs: number): Promise<{ ok: boolean; detail: string }> {
   return new Promise((resolve) => {

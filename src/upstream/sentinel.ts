@@ -22,10 +22,25 @@
  * Sentinel trouble never throws out of the monitor and never emits 'error':
  * it is logged (once per state change of each sentinel) and the last known
  * master stays in use.
+ *
+ * The queries, their replies and the connections' settings are in
+ * sentinel-client.ts; this file decides what the answers mean.
  */
 import { EventEmitter } from 'node:events';
 import { Redis } from 'ioredis';
+import { formatAddress } from '../address.js';
+import { TimeoutError } from '../errors.js';
 import type { Logger } from '../log.js';
+import {
+  endClient,
+  failureReason,
+  parseAddress,
+  parseSwitchMessage,
+  queryEpoch,
+  queryMasterAddress,
+  sentinelClientOptions,
+  withTimeout,
+} from './sentinel-client.js';
 
 export interface SentinelOptions {
   sentinels: Array<{ host: string; port: number }>;
@@ -55,13 +70,8 @@ const POLL_QUERY_TIMEOUT_MS = 2_000;
 /** How long the epoch lookup after a +switch-master event may take. */
 const EVENT_EPOCH_TIMEOUT_MS = 1_000;
 const DEFAULT_POLL_MS = 5_000;
-const CONNECT_TIMEOUT_MS = 2_000;
-const MAX_RECONNECT_DELAY_MS = 2_000;
 /** Polls in a row that must report an older-epoch master before it is believed anyway. */
 const STALE_ROUNDS_BEFORE_ACCEPT = 3;
-/** Upper bound on waiting for ioredis to report a closed connection in close(). */
-const CLOSE_WAIT_MS = 1_000;
-const DISCONNECT_TIMEOUT_MS = 100;
 const SWITCH_CHANNEL = '+switch-master';
 
 type LinkState = 'unknown' | 'up' | 'down' | 'no-master';
@@ -142,7 +152,7 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
 
   /** e.g. `sentinel mymaster via 127.0.0.1:26379,127.0.0.1:26380 (master 127.0.0.1:6379)` */
   describe(): string {
-    return `sentinel ${this.masterName} via ${this.sentinelList()} (master ${formatAddress(this.current)})`;
+    return `sentinel ${this.masterName} via ${this.sentinelList()} (master ${formatAddress(this.current.host, this.current.port)})`;
   }
 
   /** Disconnects from every sentinel and stops polling; safe to call twice. */
@@ -178,7 +188,7 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
         this.knownEpoch = answer.epoch;
         this.started = true;
         this.log.info(
-          { sentinelMaster: this.masterName, sentinel: link.address, master: formatAddress(answer.address), epoch: answer.epoch },
+          { sentinelMaster: this.masterName, sentinel: link.address, master: formatAddress(answer.address.host, answer.address.port), epoch: answer.epoch },
           'sentinel: master found',
         );
         // The remaining answers only matter for reachability logging.
@@ -203,29 +213,9 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   // -------------------------------------------------------------------------
 
   private createLink(host: string, port: number, opts: SentinelOptions): Link {
-    const options = {
-      host,
-      port,
-      username: opts.username,
-      password: opts.password,
-      lazyConnect: true,
-      // Queries made while (re)connecting wait for the connection; a failed
-      // attempt rejects them at once (maxRetriesPerRequest 0) and our own
-      // timeouts bound the rest.
-      enableOfflineQueue: true,
-      maxRetriesPerRequest: 0,
-      autoResendUnfulfilledCommands: false,
-      // A sentinel's INFO has no `loading` field to wait for, and ACL users
-      // for sentinels are often not allowed INFO.
-      enableReadyCheck: false,
-      connectTimeout: CONNECT_TIMEOUT_MS,
-      // How long a disconnect waits for the socket to close before destroying it.
-      disconnectTimeout: DISCONNECT_TIMEOUT_MS,
-      keepAlive: 10_000,
-      retryStrategy: (attempt: number) => Math.min(100 * 2 ** Math.min(attempt, 5), MAX_RECONNECT_DELAY_MS),
-    };
+    const options = sentinelClientOptions({ host, port, username: opts.username, password: opts.password });
     const link: Link = {
-      address: formatAddress({ host, port }),
+      address: formatAddress(host, port),
       cmd: new Redis({ ...options }),
       // Resubscribing is done on every 'ready' below, including the first
       // one, which autoResubscribe would not do after a failed first attempt.
@@ -270,14 +260,14 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
 
   /** One sentinel's view of the master. Never rejects. */
   private async ask(link: Link, timeoutMs: number): Promise<Answer> {
-    const addressReply = link.cmd.call('SENTINEL', 'get-master-addr-by-name', this.masterName);
+    const addressReply = queryMasterAddress(link.cmd, this.masterName);
     // Pipelined with the address query; only used to order answers, so its failure is harmless.
-    const epochReply = link.cmd.call('SENTINEL', 'MASTER', this.masterName).then(parseEpoch, () => undefined);
+    const epochReply = queryEpoch(link.cmd, this.masterName).catch(() => undefined);
     let reply: unknown;
     try {
       reply = await withTimeout(addressReply, timeoutMs, this.aborter.signal);
     } catch (err) {
-      const reason = this.failureReason(link, err, timeoutMs);
+      const reason = failureReason(err, timeoutMs, link.cmd, link.lastError);
       this.setState(link, 'down', reason);
       if (err instanceof TimeoutError && !this.closed && link.cmd.status === 'ready') {
         // A connection that does not answer is recycled, so unanswered
@@ -302,26 +292,15 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     return { kind: 'master', address, epoch };
   }
 
-  private failureReason(link: Link, err: unknown, timeoutMs: number): string {
-    if (err instanceof TimeoutError) return `no answer within ${timeoutMs} ms`;
-    const message = err instanceof Error ? err.message : String(err);
-    // ioredis reports a failed connection attempt as "max retries per request".
-    if (link.cmd.status !== 'ready' && link.lastError && /max retries|Connection is closed/i.test(message)) return link.lastError;
-    return message;
-  }
-
   // -------------------------------------------------------------------------
   // Changes
   // -------------------------------------------------------------------------
 
   private onSwitchMessage(link: Link, message: string): void {
     if (this.closed) return;
-    // <master-name> <old-ip> <old-port> <new-ip> <new-port>
-    const parts = message.split(' ');
-    if (parts.length < 5) return;
-    const name = parts.slice(0, -4).join(' ');
-    if (name !== this.masterName) return;
-    const to = parseAddress([parts[parts.length - 2], parts[parts.length - 1]]);
+    const parsed = parseSwitchMessage(message);
+    if (parsed === undefined || parsed.name !== this.masterName) return;
+    const to = parsed.to;
     if (!to) {
       this.log.warn({ sentinel: link.address, message }, 'sentinel: malformed +switch-master message');
       return;
@@ -340,11 +319,7 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   private async applyEvent(link: Link, to: MasterAddress): Promise<void> {
     // The sentinel's epoch is already the new one when it publishes the
     // event; knowing it lets later polls recognise lagging sentinels.
-    const epoch = await withTimeout(
-      link.cmd.call('SENTINEL', 'MASTER', this.masterName).then(parseEpoch),
-      EVENT_EPOCH_TIMEOUT_MS,
-      this.aborter.signal,
-    ).catch(() => undefined);
+    const epoch = await withTimeout(queryEpoch(link.cmd, this.masterName), EVENT_EPOCH_TIMEOUT_MS, this.aborter.signal).catch(() => undefined);
     if (this.closed) return;
     if (sameAddress(to, this.current)) {
       if (epoch !== undefined && (this.knownEpoch === undefined || epoch > this.knownEpoch)) this.knownEpoch = epoch;
@@ -360,7 +335,7 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     this.generation++;
     this.staleRounds = 0;
     this.log.info(
-      { sentinelMaster: this.masterName, from: formatAddress(from), to: formatAddress(to), cause, epoch: this.knownEpoch },
+      { sentinelMaster: this.masterName, from: formatAddress(from.host, from.port), to: formatAddress(to.host, to.port), cause, epoch: this.knownEpoch },
       'sentinel: master switched',
     );
     this.emit('switch', from, this.current);
@@ -414,7 +389,7 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     const stale = best.epoch !== undefined && this.knownEpoch !== undefined && best.epoch < this.knownEpoch;
     if (stale && ++this.staleRounds < STALE_ROUNDS_BEFORE_ACCEPT) {
       this.log.debug(
-        { sentinelMaster: this.masterName, sentinel: best.sentinel, reported: formatAddress(best.address), epoch: best.epoch, knownEpoch: this.knownEpoch },
+        { sentinelMaster: this.masterName, sentinel: best.sentinel, reported: formatAddress(best.address.host, best.address.port), epoch: best.epoch, knownEpoch: this.knownEpoch },
         'sentinel: ignoring a master from an older configuration epoch',
       );
       return;
@@ -434,92 +409,10 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   }
 }
 
-// ---------------------------------------------------------------------------
-// Helpers
-// ---------------------------------------------------------------------------
-
-class TimeoutError extends Error {}
-
-class ClosedError extends Error {}
-
-/**
- * `promise`, or a TimeoutError after `ms`, or a ClosedError as soon as
- * `signal` aborts (a command queued on a client between reconnect attempts
- * is never settled by ioredis once that client is disconnected).
- */
-function withTimeout<T>(promise: Promise<T>, ms: number, signal: AbortSignal): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  let onAbort: (() => void) | undefined;
-  const limit = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(`no answer within ${ms} ms`)), ms);
-    onAbort = () => reject(new ClosedError('sentinel monitor closed'));
-    if (signal.aborted) onAbort();
-    else signal.addEventListener('abort', onAbort, { once: true });
-  });
-  return Promise.race([promise, limit]).finally(() => {
-    clearTimeout(timer);
-    if (onAbort) signal.removeEventListener('abort', onAbort);
-  });
-}
-
-/** `["127.0.0.1", "6379"]` → address; anything else → undefined. */
-function parseAddress(reply: unknown): MasterAddress | undefined {
-  if (!Array.isArray(reply) || reply.length !== 2) return undefined;
-  const [host, portText] = reply as unknown[];
-  if (typeof host !== 'string' || host === '' || typeof portText !== 'string' || !/^\d{1,5}$/.test(portText)) return undefined;
-  const port = Number(portText);
-  if (port < 1 || port > 65535) return undefined;
-  return { host, port };
-}
-
-/** `config-epoch` from a `SENTINEL MASTER <name>` reply (a flat field/value list). */
-function parseEpoch(reply: unknown): number | undefined {
-  if (!Array.isArray(reply)) return undefined;
-  for (let i = 0; i + 1 < reply.length; i += 2) {
-    if (reply[i] === 'config-epoch') {
-      const epoch = Number(reply[i + 1]);
-      return Number.isSafeInteger(epoch) ? epoch : undefined;
-    }
-  }
-  return undefined;
-}
-
 function sameAddress(a: MasterAddress, b: MasterAddress): boolean {
   return a.host === b.host && a.port === b.port;
 }
 
 function freeze(address: MasterAddress): MasterAddress {
   return Object.freeze({ host: address.host, port: address.port });
-}
-
-function formatAddress({ host, port }: MasterAddress): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-}
-
-/**
- * Disconnects an ioredis client for good and waits until nothing of it is
- * left. A client between reconnect attempts never reports 'end'; ioredis
- * then only runs its disconnectTimeout timer on the old socket, which is
- * waited out so that close() leaves no timer behind.
- */
-function endClient(client: Redis): Promise<void> {
-  const status = client.status;
-  if (status === 'end') return Promise.resolve();
-  if (status === 'wait') {
-    client.disconnect(); // never connected: ends synchronously
-    return Promise.resolve();
-  }
-  return new Promise((resolve) => {
-    if (status === 'reconnecting') {
-      client.disconnect();
-      setTimeout(resolve, DISCONNECT_TIMEOUT_MS + 10);
-      return;
-    }
-    const timer = setTimeout(resolve, CLOSE_WAIT_MS);
-    client.once('end', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    client.disconnect();
-  });
 }

@@ -12,6 +12,7 @@
  * configured.
  */
 import { ConfigError } from '../errors.js';
+import { encodeCommand } from '../resp/encode.js';
 
 export { ConfigError };
 
@@ -51,6 +52,7 @@ function decode(part: string, what: string, display: string): string {
   try {
     return decodeURIComponent(part);
   } catch {
+    // No cause kept, here and below: the original error repeats the text, password included.
     throw new ConfigError(`upstream URL ${display}: the ${what} is not validly percent-encoded (write % as %25)`);
   }
 }
@@ -94,18 +96,12 @@ export function parseUpstreamUrl(text: string): UpstreamTarget {
   }
 }
 
-function command(...args: string[]): Buffer {
-  const parts = [`*${args.length}\r\n`];
-  for (const arg of args) parts.push(`$${Buffer.byteLength(arg)}\r\n${arg}\r\n`);
-  return Buffer.from(parts.join(''));
-}
-
 /** Commands the proxy sends on each new upstream connection (AUTH, SELECT), one reply each. */
 export function setupCommands(target: UpstreamTarget): Buffer[] {
   const commands: Buffer[] = [];
   if (target.password !== undefined) {
-    commands.push(target.username !== undefined ? command('AUTH', target.username, target.password) : command('AUTH', target.password));
+    commands.push(target.username !== undefined ? encodeCommand('AUTH', target.username, target.password) : encodeCommand('AUTH', target.password));
   }
-  if (target.db !== 0) commands.push(command('SELECT', String(target.db)));
+  if (target.db !== 0) commands.push(encodeCommand('SELECT', String(target.db)));
   return commands;
 }

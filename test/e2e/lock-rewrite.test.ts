@@ -3,61 +3,42 @@
  * bytes however TCP splits them, what the script does in every key state, and
  * the blocks that must be left alone.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startRedis, type RedisServer } from '../support/redis.js';
-import { cmd, exchange, RawClient } from '../support/resp.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startRedis } from '../support/redis.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
+import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
-let redis: RedisServer;
-let proxy: TestProxy;
-let admin: RawClient;
+// A generous hold deadline: split-write tests must not depend on how busy the machine is.
+const env = redisAndProxy({ proxy: { holdMs: 250 } });
 
-beforeAll(async () => {
-  redis = await startRedis();
-  // A generous hold deadline: split-write tests must not depend on how busy the machine is.
-  proxy = await startTestProxy({ upstream: redis.url, holdMs: 250 });
-  admin = await RawClient.connect(redis.port);
-});
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
 
-afterAll(async () => {
-  await admin?.close();
-  await proxy?.close();
-  await redis?.stop();
-});
-
-beforeEach(async () => {
-  admin.write(cmd('FLUSHALL'));
-  expect((await admin.readReplies(1)).toString()).toBe('+OK\r\n');
-});
-
-
-const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
-
-const pttl = (key: Buffer | string): Promise<number> => admin.pttl(key);
+const pttl = (key: Buffer | string): Promise<number> => env.admin.pttl(key);
 
 describe('Stalwart lock attempts through the proxy', () => {
   const key = taskLockKey(0x0d0a00ffn); // bytes include \r \n \0
 
   it('creates the lock with its expiry, and a second attempt leaves the expiry alone', async () => {
-    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
+    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
     const ttl = await pttl(key);
     expect(ttl).toBeGreaterThan(3_590_000);
     await adminCall('PEXPIRE', key, '5000'); // as if time passed
-    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 0));
+    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 0));
     expect(await pttl(key)).toBeLessThanOrEqual(5000);
-    expect(proxy.stats.blocksRewritten).toBeGreaterThanOrEqual(2);
+    expect(env.proxy.stats.blocksRewritten).toBeGreaterThanOrEqual(2);
   });
 
   it('shows the bug directly against Redis: every attempt re-arms the expiry', async () => {
-    expect(await exchange(redis.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
+    expect(await exchange(env.redis.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
     await adminCall('PEXPIRE', key, '5000');
-    expect(await exchange(redis.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 1));
+    expect(await exchange(env.redis.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 1));
     expect(await pttl(key)).toBeGreaterThan(3_590_000);
   });
 
   it('matches when the block arrives one byte at a time', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     await client.writeSplit(lockAttempt(key, 3600), 'bytewise');
     expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
     await client.writeSplit(lockAttempt(key, 3600), 'bytewise');
@@ -66,7 +47,7 @@ describe('Stalwart lock attempts through the proxy', () => {
   });
 
   it('matches whatever the split points', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     const block = lockAttempt(key, 3600);
     for (let attempt = 1; attempt <= 25; attempt++) {
       const sizes = Array.from({ length: 4 }, () => 1 + Math.floor(Math.random() * 20));
@@ -89,7 +70,7 @@ describe('Stalwart lock attempts through the proxy', () => {
       lockAttempt(key, 3600),
       cmd('PING'),
     ]);
-    const replies = await exchange(proxy.port, batch, 3 + 4 + 1 + 4 + 1 + 4 + 1);
+    const replies = await exchange(env.proxy.port, batch, 3 + 4 + 1 + 4 + 1 + 4 + 1);
     expect(replies).toBe(
       '+PONG\r\n+OK\r\n$1\r\nv\r\n' +
         attemptReplies(1, 1) +
@@ -103,7 +84,7 @@ describe('Stalwart lock attempts through the proxy', () => {
   });
 
   it('speaks RESP3 after HELLO 3', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     client.write(cmd('HELLO', '3'));
     expect((await client.readReplies(1)).toString('latin1')).toMatch(/^%7\r\n/);
     client.write(Buffer.concat([lockAttempt(key, 3600), lockAttempt(key, 3600), cmd('PING')]));
@@ -113,22 +94,22 @@ describe('Stalwart lock attempts through the proxy', () => {
 
   it('handles INCR and PEXPIRE, with the client’s own letter case', async () => {
     const block = Buffer.concat([cmd('multi'), cmd('incr', 'lock:a'), cmd('pexpire', 'lock:a', '60000'), cmd('exec')]);
-    expect(await exchange(proxy.port, block, 4)).toBe(attemptReplies(1, 1));
+    expect(await exchange(env.proxy.port, block, 4)).toBe(attemptReplies(1, 1));
     await adminCall('PEXPIRE', 'lock:a', '5000');
-    expect(await exchange(proxy.port, block, 4)).toBe(attemptReplies(2, 0));
+    expect(await exchange(env.proxy.port, block, 4)).toBe(attemptReplies(2, 0));
     expect(await pttl('lock:a')).toBeLessThanOrEqual(5000);
   });
 
   it('heals a lock that has no expiry', async () => {
     await adminCall('SET', key, '5');
-    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(6, 1));
+    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(6, 1));
     expect(await pttl(key)).toBeGreaterThan(3_590_000);
   });
 
   it('does not re-arm a lock taken by a fixed node with SET NX EX (rolling upgrade)', async () => {
     const deadline = String(Math.floor(Date.now() / 1000) + 30);
     expect(await adminCall('SET', key, deadline, 'NX', 'EX', '30')).toBe('+OK\r\n');
-    const replies = await exchange(proxy.port, lockAttempt(key, 3600), 4);
+    const replies = await exchange(env.proxy.port, lockAttempt(key, 3600), 4);
     expect(replies).toBe(attemptReplies(BigInt(deadline) + 1n, 0)); // counter != 1: the old node does not get the lock
     expect(await pttl(key)).toBeLessThanOrEqual(30_000);
   });
@@ -141,15 +122,15 @@ describe('Stalwart lock attempts through the proxy', () => {
     ]) {
       await adminCall('FLUSHALL');
       await adminCall(...setup);
-      const direct = await exchange(redis.port, lockAttempt(key, 3600), 4);
+      const direct = await exchange(env.redis.port, lockAttempt(key, 3600), 4);
       await adminCall('FLUSHALL');
       await adminCall(...setup);
-      const proxied = await exchange(proxy.port, lockAttempt(key, 3600), 4);
+      const proxied = await exchange(env.proxy.port, lockAttempt(key, 3600), 4);
       expect(proxied).toBe(direct); // no expiry before: both apply it (:1)
       expect(proxied).toMatch(/\*2\r\n-(WRONGTYPE|ERR) [^\r]+\r\n:1\r\n$/);
       // With an expiry already set, the proxy leaves it alone.
       await adminCall('PEXPIRE', key, '5000');
-      expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(proxied.replace(/:1\r\n$/, ':0\r\n'));
+      expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(proxied.replace(/:1\r\n$/, ':0\r\n'));
       expect(await pttl(key)).toBeLessThanOrEqual(5000);
     }
   });
@@ -157,22 +138,22 @@ describe('Stalwart lock attempts through the proxy', () => {
   it('returns counters beyond 2^53 exactly', async () => {
     await adminCall('SET', key, '9007199254740993');
     await adminCall('EXPIRE', key, '100');
-    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('9007199254740994', 0));
+    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('9007199254740994', 0));
     await adminCall('SET', key, '-9007199254740999');
-    expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('-9007199254740998', 1));
+    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('-9007199254740998', 1));
   });
 
   it('survives a flushed script cache (EVALSHA falls back to EVAL)', async () => {
-    const before = proxy.stats.scriptReloads;
+    const before = env.proxy.stats.scriptReloads;
     await adminCall('SCRIPT', 'FLUSH');
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     client.write(Buffer.concat([cmd('PING'), lockAttempt(key, 3600), cmd('GET', key)]));
     expect((await client.readReplies(6)).toString('latin1')).toBe('+PONG\r\n' + attemptReplies(1, 1) + '$1\r\n1\r\n');
     await adminCall('SCRIPT', 'FLUSH');
     client.write(lockAttempt(key, 3600));
     expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
     await client.close();
-    expect(proxy.stats.scriptReloads).toBe(before + 2);
+    expect(env.proxy.stats.scriptReloads).toBe(before + 2);
   });
 });
 
@@ -187,8 +168,8 @@ describe('blocks the proxy leaves alone', () => {
       const out = await exchange(port, bytes, replies);
       return { replies: out, ttl: Math.round((await pttl(key)) / 1000) };
     };
-    const direct = await run(redis.port);
-    const proxied = await run(proxy.port);
+    const direct = await run(env.redis.port);
+    const proxied = await run(env.proxy.port);
     expect(proxied).toEqual(direct);
     return proxied.replies;
   }
@@ -197,9 +178,9 @@ describe('blocks the proxy leaves alone', () => {
 
   it('a key no rule names', async () => {
     const block = Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'other', '1'), cmd('EXPIRE', 'other', '10'), cmd('EXEC')]);
-    const before = proxy.stats.blocksSeen;
+    const before = env.proxy.stats.blocksSeen;
     await sameAsDirect(block, 4, [['SET', 'other', '1', 'EX', '100']]);
-    expect(proxy.stats.blocksSeen).toBe(before);
+    expect(env.proxy.stats.blocksSeen).toBe(before);
   });
 
   it('a Stalwart rate-limit counter (prefix 0x02)', async () => {
@@ -230,7 +211,7 @@ describe('blocks the proxy leaves alone', () => {
     const block = Buffer.concat([cmd('WATCH', key), lockAttempt(key, 3600)]);
     expect(await sameAsDirect(block, 1 + 4, existing)).toBe('+OK\r\n' + attemptReplies(2, 1));
     // EXEC unwatched: the next attempt on the same connection is rewritten again.
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     client.write(Buffer.concat([cmd('WATCH', key), cmd('UNWATCH'), lockAttempt(key, 3600)]));
     expect((await client.readReplies(6)).toString('latin1')).toBe('+OK\r\n+OK\r\n' + attemptReplies(3, 0));
     await client.close();
@@ -243,13 +224,13 @@ describe('blocks the proxy leaves alone', () => {
   });
 
   it('a rule in observe mode: counted and logged, forwarded unchanged', async () => {
-    const before = proxy.stats.blocksObserved;
+    const before = env.proxy.stats.blocksObserved;
     const block = Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'watch:x', '1'), cmd('EXPIRE', 'watch:x', '60'), cmd('EXEC')]);
     await adminCall('SET', 'watch:x', '1', 'EX', '5');
-    expect(await exchange(proxy.port, block, 4)).toBe(attemptReplies(2, 1));
+    expect(await exchange(env.proxy.port, block, 4)).toBe(attemptReplies(2, 1));
     expect(await pttl('watch:x')).toBeGreaterThan(55_000); // re-armed, as without the proxy
-    expect(proxy.stats.blocksObserved).toBe(before + 1);
-    const line = proxy.logs().find((l) => l.msg === 'observe: lock block would be rewritten' && l.key === 'watch:x');
+    expect(env.proxy.stats.blocksObserved).toBe(before + 1);
+    const line = env.proxy.logs().find((l) => l.msg === 'observe: lock block would be rewritten' && l.key === 'watch:x');
     expect(line).toMatchObject({ rule: 'test-observe', key: 'watch:x' });
   });
 });
@@ -258,7 +239,7 @@ describe('holding a MULTI', () => {
   const key = 'lock:slow';
 
   it('releases a slowly typed block after the hold deadline, and it runs as sent', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     client.write(cmd('MULTI'));
     // Without a release this would wait for the rest of the block forever.
     expect((await client.readReplies(1, 1000)).toString()).toBe('+OK\r\n');
@@ -267,11 +248,11 @@ describe('holding a MULTI', () => {
     client.write(Buffer.concat([cmd('EXPIRE', key, '60'), cmd('EXEC')]));
     expect((await client.readReplies(2)).toString()).toBe('+QUEUED\r\n*2\r\n:1\r\n:1\r\n');
     await client.close();
-    expect(proxy.stats.releases.get('hold-timeout')).toBeGreaterThanOrEqual(1);
+    expect(env.proxy.stats.releases.get('hold-timeout')).toBeGreaterThanOrEqual(1);
   });
 
   it('still matches a block that trickles in slower than the deadline overall, but byte by byte faster', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     const block = lockAttempt(key, 60); // ~90 bytes 5 ms apart: several times the hold deadline in total
     await client.writeSplit(block, 'bytewise', { delayMs: 5 });
     expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
@@ -279,14 +260,14 @@ describe('holding a MULTI', () => {
   });
 
   it('drops the held bytes of a client that disconnects mid-block, and keeps serving others', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     const block = lockAttempt(key, 60);
     client.write(block.subarray(0, block.length - 5));
     await new Promise((r) => setTimeout(r, 5));
     client.destroy();
     await new Promise((r) => setTimeout(r, 50));
     expect(await adminCall('EXISTS', key)).toBe(':0\r\n');
-    expect(await exchange(proxy.port, lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
+    expect(await exchange(env.proxy.port, lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
   });
 });
 
@@ -302,20 +283,20 @@ describe('when the script cannot run', () => {
       lockAttempt(key, 3600),
       cmd('GET', key),
     ]);
-    const direct = await exchange(redis.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
+    const direct = await exchange(env.redis.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
     await adminCall('DEL', key);
-    const fallbacks = proxy.stats.fallbacks.get('NOPERM') ?? 0;
-    const proxied = await exchange(proxy.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
+    const fallbacks = env.proxy.stats.fallbacks.get('NOPERM') ?? 0;
+    const proxied = await exchange(env.proxy.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
     expect(proxied).toBe(direct);
     expect(proxied).toContain(attemptReplies(2, 1)); // original semantics: the expiry was re-armed
-    expect(proxy.stats.fallbacks.get('NOPERM')).toBe(fallbacks + 2);
-    const warnings = proxy.logs().filter((l) => l.reason === 'NOPERM' && l.level === 40);
+    expect(env.proxy.stats.fallbacks.get('NOPERM')).toBe(fallbacks + 2);
+    const warnings = env.proxy.logs().filter((l) => l.reason === 'NOPERM' && l.level === 40);
     expect(warnings.length).toBe(1);
   });
 
   // A replica must reach its master at 127.0.0.1: local processes only, not containers.
   it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('passes queue-time errors through as Redis gives them (READONLY replica)', async () => {
-    const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(redis.port)] });
+    const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(env.redis.port)] });
     const replicaProxy = await startTestProxy({ upstream: replica.url });
     try {
       const key = taskLockKey(5n);
@@ -334,7 +315,7 @@ describe('with --lock-pipelining', () => {
   let pipelined: TestProxy;
 
   beforeAll(async () => {
-    pipelined = await startTestProxy({ upstream: redis.url, holdMs: 250, lockPipelining: true });
+    pipelined = await startTestProxy({ upstream: env.redis.url, holdMs: 250, lockPipelining: true });
   });
 
   afterAll(async () => {
@@ -372,7 +353,7 @@ describe('with --lock-pipelining', () => {
     for (let round = 0; round < 5; round++) {
       const { bytes, replies } = mixedBatch(round);
       await adminCall('FLUSHALL');
-      const ordered = await exchange(proxy.port, Buffer.concat([lockAttempt('lock:warm', 60), bytes]), 4 + replies);
+      const ordered = await exchange(env.proxy.port, Buffer.concat([lockAttempt('lock:warm', 60), bytes]), 4 + replies);
       await adminCall('FLUSHALL');
       // The first block proves the script on the connection; the rest are pipelined.
       const fast = await exchange(pipelined.port, Buffer.concat([lockAttempt('lock:warm', 60), bytes]), 4 + replies);

@@ -11,48 +11,29 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestProxy } from '../support/proxy.js';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
-import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
 /** The unix socket needs the local binary: a container cannot create a socket on this host. */
 const LOCAL_REDIS = !process.env.REDIS_TEST_IMAGE;
 
-let redis: RedisServer;
-let proxy: TestProxy;
-let admin: RawClient;
-let socketDir: string;
-let socketPath: string;
+/** Redis listens on a unix socket here too (local binary only). */
+const socketDir = mkdtempSync(path.join(os.tmpdir(), 'rlp-sock-'));
+const socketPath = path.join(socketDir, 'r.sock');
+// Registered first, so it runs last: after Redis has stopped.
+afterAll(() => rmSync(socketDir, { recursive: true, force: true }));
 
-beforeAll(async () => {
-  socketDir = mkdtempSync(path.join(os.tmpdir(), 'rlp-sock-'));
-  socketPath = path.join(socketDir, 'r.sock');
-  const args = LOCAL_REDIS ? ['--unixsocket', socketPath, '--unixsocketperm', '700'] : [];
-  redis = await startRedis({ args });
-  proxy = await startTestProxy({ upstream: redis.url });
-  admin = await RawClient.connect(redis.port);
-});
-
-afterAll(async () => {
-  await admin?.close();
-  await proxy?.close();
-  await redis?.stop();
-  if (socketDir) rmSync(socketDir, { recursive: true, force: true });
-});
-
-beforeEach(async () => {
-  admin.write(cmd('FLUSHALL'));
-  expect((await admin.readReplies(1)).toString()).toBe('+OK\r\n');
-});
+const env = redisAndProxy({ redis: { args: LOCAL_REDIS ? ['--unixsocket', socketPath, '--unixsocketperm', '700'] : [] } });
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
 
-const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
-
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
 
 /** Sends `bytes` on a fresh connection and returns everything received until the server closes it. */
 async function untilClosed(port: number, bytes: Buffer): Promise<string> {
@@ -67,8 +48,8 @@ async function untilClosed(port: number, bytes: Buffer): Promise<string> {
 
 /** The same bytes directly and through the proxy must give the same replies. */
 async function sameAsDirect(bytes: Buffer, replies: number): Promise<string> {
-  const direct = await exchange(redis.port, bytes, replies);
-  const proxied = await exchange(proxy.port, bytes, replies);
+  const direct = await exchange(env.redis.port, bytes, replies);
+  const proxied = await exchange(env.proxy.port, bytes, replies);
   expect(proxied).toBe(direct);
   return proxied;
 }
@@ -158,8 +139,8 @@ describe('pub/sub', () => {
   }
 
   it('RESP2 SUBSCRIBE / PSUBSCRIBE / UNSUBSCRIBE behave exactly as directly', async () => {
-    const direct = await resp2Session(redis.port);
-    const proxied = await resp2Session(proxy.port);
+    const direct = await resp2Session(env.redis.port);
+    const proxied = await resp2Session(env.proxy.port);
     expect(proxied).toEqual(direct);
     expect(proxied.join('')).toContain('*3\r\n$7\r\nmessage\r\n$3\r\nch1\r\n$5\r\nhello\r\n');
     expect(proxied.join('')).toContain('*4\r\n$8\r\npmessage\r\n$5\r\npat.*\r\n$5\r\npat.x\r\n$9\r\nhi\r\nthere\r\n');
@@ -168,11 +149,11 @@ describe('pub/sub', () => {
   });
 
   it('a message published through the proxy reaches a subscriber through the proxy, while another connection’s lock block is rewritten', async () => {
-    const sub = await RawClient.connect(proxy.port);
+    const sub = await RawClient.connect(env.proxy.port);
     sub.write(cmd('SUBSCRIBE', 'news'));
     expect((await sub.readReplies(1)).toString()).toBe('*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n');
 
-    const other = await RawClient.connect(proxy.port);
+    const other = await RawClient.connect(env.proxy.port);
     const key = 'lock:pubsub';
     other.write(lockAttempt(key, 60));
     expect((await other.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
@@ -209,8 +190,8 @@ describe('pub/sub', () => {
         await sub.close();
       }
     };
-    const direct = await session(redis.port);
-    const proxied = await session(proxy.port);
+    const direct = await session(env.redis.port);
+    const proxied = await session(env.proxy.port);
     expect(proxied).toEqual(direct);
     expect(proxied[0]).toBe('>3\r\n$9\r\nsubscribe\r\n$2\r\nr3\r\n:1\r\n');
     expect(proxied[2]).toBe('>3\r\n$7\r\nmessage\r\n$2\r\nr3\r\n$8\r\npush\r\nme\r\n');
@@ -250,7 +231,7 @@ describe('RESP3 client tracking', () => {
   }
 
   it('delivers invalidation pushes, and lock blocks on the same connection still get their 4 replies', async () => {
-    const client = await trackingClient(proxy.port);
+    const client = await trackingClient(env.proxy.port);
     const pushes: string[] = [];
     try {
       client.write(cmd('GET', 'tracked'));
@@ -283,7 +264,7 @@ describe('RESP3 client tracking', () => {
     } finally {
       await client.close();
     }
-    expect(proxy.stats.blocksRewritten).toBeGreaterThanOrEqual(3);
+    expect(env.proxy.stats.blocksRewritten).toBeGreaterThanOrEqual(3);
   });
 
   // A read-only command inside the script (PTTL, GET) would make Redis track the key for a
@@ -303,9 +284,9 @@ describe('RESP3 client tracking', () => {
         await client.close();
       }
     };
-    const direct = await run(redis.port);
+    const direct = await run(env.redis.port);
     expect(direct).toBe(attemptReplies(1, 1) + '+PONG\r\n+PONG\r\n');
-    expect(await run(proxy.port)).toBe(direct);
+    expect(await run(env.proxy.port)).toBe(direct);
   });
 });
 
@@ -315,17 +296,17 @@ describe('RESP3 client tracking', () => {
 
 describe('MONITOR', () => {
   it('sees the commands of other connections, including the proxy’s script call', async () => {
-    const monitor = await RawClient.connect(proxy.port);
+    const monitor = await RawClient.connect(env.proxy.port);
     monitor.write(cmd('MONITOR'));
     expect((await monitor.readReplies(1)).toString()).toBe('+OK\r\n');
 
     await adminCall('SET', 'mon:direct', 'v1');
     await readUntil(monitor, (f) => f.includes('"SET" "mon:direct" "v1"'));
 
-    expect(await exchange(proxy.port, cmd('SET', 'mon:proxied', 'v2'), 1)).toBe('+OK\r\n');
+    expect(await exchange(env.proxy.port, cmd('SET', 'mon:proxied', 'v2'), 1)).toBe('+OK\r\n');
     await readUntil(monitor, (f) => f.includes('"SET" "mon:proxied" "v2"'));
 
-    expect(await exchange(proxy.port, lockAttempt('lock:mon', 60), 4)).toBe(attemptReplies(1, 1));
+    expect(await exchange(env.proxy.port, lockAttempt('lock:mon', 60), 4)).toBe(attemptReplies(1, 1));
     const seen = await readUntil(monitor, (f) => /"EVAL(SHA)?"/.test(f) && f.includes('lock:mon'));
     expect(seen.join('')).not.toContain('"MULTI"');
     await monitor.close();
@@ -338,10 +319,10 @@ describe('MONITOR', () => {
 
 describe('blocking commands', () => {
   it('BLPOP 0 waits until another connection pushes', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     client.write(cmd('BLPOP', 'queue', '0'));
     await expectSilence(client, 150);
-    expect(await exchange(proxy.port, cmd('RPUSH', 'queue', 'job1'), 1)).toBe(':1\r\n');
+    expect(await exchange(env.proxy.port, cmd('RPUSH', 'queue', 'job1'), 1)).toBe(':1\r\n');
     expect((await client.readReplies(1)).toString()).toBe('*2\r\n$5\r\nqueue\r\n$4\r\njob1\r\n');
     client.write(cmd('PING'));
     expect((await client.readReplies(1)).toString()).toBe('+PONG\r\n');
@@ -349,7 +330,7 @@ describe('blocking commands', () => {
   });
 
   it('a lock block pipelined after a blocked BLPOP is answered after it, in order', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     const key = 'lock:after-blpop';
     client.write(Buffer.concat([cmd('BLPOP', 'queue2', '0'), lockAttempt(key, 60), cmd('GET', key)]));
     await expectSilence(client, 150);
@@ -391,7 +372,7 @@ describe('CLIENT REPLY and errors', () => {
   });
 
   it('after CLIENT REPLY the connection is a plain pipe: later lock blocks pass unchanged', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     client.write(Buffer.concat([cmd('CLIENT', 'REPLY', 'ON'), lockAttempt('lock:piped', 60), lockAttempt('lock:piped', 60)]));
     expect((await client.readReplies(9)).toString('latin1')).toBe('+OK\r\n' + attemptReplies(1, 1) + attemptReplies(2, 1));
     await client.close();
@@ -446,10 +427,10 @@ describe('transaction state', () => {
         await adminCall('SET', key, '1', 'EX', '100');
         return exchange(port, variant.bytes, variant.replies);
       };
-      const direct = await run(redis.port);
+      const direct = await run(env.redis.port);
       if (variant.lastRewritten) expect(direct, `variant ${i}`).toMatch(/:1\r\n$/); // Redis re-arms the expiry
       const expected = variant.lastRewritten ? direct.replace(/:1\r\n$/, ':0\r\n') : direct;
-      expect(await run(proxy.port), `variant ${i}`).toBe(expected);
+      expect(await run(env.proxy.port), `variant ${i}`).toBe(expected);
     }
   });
 
@@ -472,9 +453,9 @@ describe('transaction state', () => {
         await client.close();
       }
     };
-    const direct = await run(redis.port);
+    const direct = await run(env.redis.port);
     expect(direct).toMatch(/^\+OK\r\n-ERR [^\r]*\r\n-ERR EXEC without MULTI\r\n\+OK\r\n\+QUEUED\r\n\+QUEUED\r\n\*-1\r\n$/);
-    expect(await run(proxy.port)).toBe(direct);
+    expect(await run(env.proxy.port)).toBe(direct);
     expect(await adminCall('GET', key)).toBe('$1\r\n5\r\n');
   });
 });
@@ -495,13 +476,13 @@ describe('malformed input', () => {
 
   it.each(cases)('%s: the client gets what Redis sends, then the connection closes', async (_name, bytes) => {
     await adminCall('FLUSHALL');
-    const direct = await untilClosed(redis.port, bytes);
+    const direct = await untilClosed(env.redis.port, bytes);
     await adminCall('FLUSHALL');
-    const proxied = await untilClosed(proxy.port, bytes);
+    const proxied = await untilClosed(env.proxy.port, bytes);
     expect(proxied).toBe(direct);
     expect(proxied).toMatch(/-ERR Protocol error: [^\r]*\r\n$/);
     // Other clients are unaffected.
-    expect(await exchange(proxy.port, cmd('PING'), 1)).toBe('+PONG\r\n');
+    expect(await exchange(env.proxy.port, cmd('PING'), 1)).toBe('+PONG\r\n');
   });
 
   it('inline commands pass through, quoted ones too', async () => {
@@ -517,34 +498,34 @@ describe('malformed input', () => {
 describe('closing', () => {
   it('QUIT: +OK arrives, then the connection closes, as directly', async () => {
     const bytes = Buffer.concat([cmd('PING'), cmd('QUIT'), cmd('PING')]);
-    const direct = await untilClosed(redis.port, bytes);
-    const proxied = await untilClosed(proxy.port, bytes);
+    const direct = await untilClosed(env.redis.port, bytes);
+    const proxied = await untilClosed(env.proxy.port, bytes);
     expect(proxied).toBe(direct);
     expect(proxied).toBe('+PONG\r\n+OK\r\n');
     // QUIT waiting behind the proxy's script call.
-    expect(await untilClosed(proxy.port, Buffer.concat([lockAttempt('lock:quit', 60), cmd('QUIT'), cmd('PING')]))).toBe(
+    expect(await untilClosed(env.proxy.port, Buffer.concat([lockAttempt('lock:quit', 60), cmd('QUIT'), cmd('PING')]))).toBe(
       attemptReplies(1, 1) + '+OK\r\n',
     );
   });
 
   it('a client that half-closes after pipelining gets all replies', async () => {
     const bytes = Buffer.concat([cmd('PING'), cmd('PING'), cmd('PING')]);
-    expect(await writeAndHalfClose(redis.port, bytes)).toBe('+PONG\r\n'.repeat(3));
-    expect(await writeAndHalfClose(proxy.port, bytes)).toBe('+PONG\r\n'.repeat(3));
+    expect(await writeAndHalfClose(env.redis.port, bytes)).toBe('+PONG\r\n'.repeat(3));
+    expect(await writeAndHalfClose(env.proxy.port, bytes)).toBe('+PONG\r\n'.repeat(3));
   });
 
   it('a client that half-closes right after a lock block gets the block’s replies', async () => {
     const bytes = Buffer.concat([cmd('PING'), lockAttempt('lock:half', 60), cmd('GET', 'lock:half')]);
-    expect(await writeAndHalfClose(proxy.port, bytes)).toBe('+PONG\r\n' + attemptReplies(1, 1) + '$1\r\n1\r\n');
+    expect(await writeAndHalfClose(env.proxy.port, bytes)).toBe('+PONG\r\n' + attemptReplies(1, 1) + '$1\r\n1\r\n');
   });
 
   it('a client that half-closes inside a transaction gets the replies Redis gives for the complete commands', async () => {
     // MULTI and INCRBY are complete commands: Redis answers both before it sees the close.
     // The transaction itself is discarded either way.
     const bytes = Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:half2', '1')]);
-    const direct = await writeAndHalfClose(redis.port, bytes);
+    const direct = await writeAndHalfClose(env.redis.port, bytes);
     expect(direct).toBe('+OK\r\n+QUEUED\r\n');
-    expect(await writeAndHalfClose(proxy.port, bytes)).toBe(direct);
+    expect(await writeAndHalfClose(env.proxy.port, bytes)).toBe(direct);
     expect(await adminCall('EXISTS', 'lock:half2')).toBe(':0\r\n');
   });
 });
@@ -609,15 +590,15 @@ describe('large values', () => {
     value.write('\r\n*1\r\n$4\r\nMULTI\r\n', 1000); // looks like commands, is data
     const want = createHash('sha256').update(value).digest('hex');
 
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     client.write(Buffer.concat([cmd('SET', 'big', value), lockAttempt('lock:big', 60), lockAttempt('lock:big', 60)]));
     expect((await client.readReplies(9, 20_000)).toString('latin1')).toBe('+OK\r\n' + attemptReplies(1, 1) + attemptReplies(2, 0));
     await client.close();
 
-    const got = await getBulkHash(proxy.port, Buffer.concat([cmd('PING'), cmd('GET', 'big')]), '+PONG\r\n');
+    const got = await getBulkHash(env.proxy.port, Buffer.concat([cmd('PING'), cmd('GET', 'big')]), '+PONG\r\n');
     expect(got.length).toBe(value.length);
     expect(got.sha).toBe(want);
-    const slow = await getBulkHash(proxy.port, cmd('GET', 'big'), '', 300);
+    const slow = await getBulkHash(env.proxy.port, cmd('GET', 'big'), '', 300);
     expect(slow).toEqual(got);
     expect(await adminCall('STRLEN', 'big')).toBe(`:${value.length}\r\n`);
   });
@@ -641,7 +622,7 @@ describe('upstream failures', () => {
       expect(dead.stats.upstreamConnectFailures).toBe(3);
       expect(dead.stats.connectionsOpen).toBe(0);
       // The proxy in front of the live Redis is untouched.
-      expect(await exchange(proxy.port, cmd('PING'), 1)).toBe('+PONG\r\n');
+      expect(await exchange(env.proxy.port, cmd('PING'), 1)).toBe('+PONG\r\n');
     } finally {
       await dead.close();
     }
@@ -823,7 +804,7 @@ describe('many connections', () => {
     const count = 200;
     const results = await Promise.all(
       Array.from({ length: count }, async (_, i) => {
-        const client = await RawClient.connect(proxy.port);
+        const client = await RawClient.connect(env.proxy.port);
         try {
           const own = `lock:many:${i}`;
           client.write(
@@ -844,6 +825,6 @@ describe('many connections', () => {
     const ttl = Number(/:(-?\d+)/.exec(await adminCall('PTTL', 'lock:contended'))?.[1]);
     expect(ttl).toBeGreaterThan(50_000);
     await sleep(20);
-    expect(proxy.stats.connectionsOpen).toBe(0);
+    expect(env.proxy.stats.connectionsOpen).toBe(0);
   });
 });

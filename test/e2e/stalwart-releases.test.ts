@@ -10,26 +10,14 @@
  *   interval takes the lock after the expiry through the proxy, and never directly.
  */
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { describeKey } from '../../src/key-text.js';
-import { startTestProxy, type TestProxy } from '../support/proxy.js';
-import { startRedis, type RedisServer } from '../support/redis.js';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptReplies, counterOf, lockAttempt } from '../support/stalwart.js';
 import { RELEASE_LINES, type LockKind } from '../support/stalwart-releases.js';
 
-let redis: RedisServer;
-let proxy: TestProxy;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  proxy = await startTestProxy({ upstream: redis.url });
-});
-
-afterAll(async () => {
-  await proxy?.close();
-  await redis?.stop();
-});
+const env = redisAndProxy();
 
 /** Every (line, lock kind) pair, each with one key drawn for it (seeded, so reruns are alike). */
 const LOCKS = RELEASE_LINES.flatMap((line, l) =>
@@ -59,7 +47,7 @@ describe.each(RELEASE_LINES)('Stalwart $first - $last: its lock kinds', (line) =
     '$purpose: the first attempt sets the expiry, a loser leaves it where it was',
     async ({ kind, key }: { kind: LockKind; key: Buffer }) => {
       const db = 1 + RELEASE_LINES.indexOf(line);
-      const client = await connect(proxy.port, db);
+      const client = await connect(env.proxy.port, db);
       try {
         expect(await attempt(client, key, kind.expiry), describeKey(key)).toBe(attemptReplies(1, 1));
         const first = await client.pttl(key);
@@ -85,11 +73,11 @@ describe('every lock kind of every line, owner gone', () => {
     const takenAfter = await Promise.all(
       LOCKS.map(async ({ key }, i) => {
         const db = 9 + (i % 6);
-        const owner = await connect(proxy.port, db);
+        const owner = await connect(env.proxy.port, db);
         expect(counterOf(Buffer.from(await attempt(owner, key, LEASE_SECONDS), 'latin1'))).toBe(1);
         const takenAt = Date.now();
         owner.destroy();
-        const contender = await connect(proxy.port, db);
+        const contender = await connect(env.proxy.port, db);
         try {
           while (Date.now() - takenAt < 3000) {
             await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
@@ -121,10 +109,10 @@ describe('windowed counters of every line', () => {
   );
 
   it.each(CASES)('Stalwart $line, $purpose: byte-identical to Redis, EXPIRE re-armed as sent', async ({ key, delta, expiry }) => {
-    const seenBefore = proxy.stats.blocksSeen;
+    const seenBefore = env.proxy.stats.blocksSeen;
     // The same key's bytes in two databases: direct in 15, through the proxy in 14.
-    const direct = await connect(redis.port, 15);
-    const proxied = await connect(proxy.port, 14);
+    const direct = await connect(env.redis.port, 15);
+    const proxied = await connect(env.proxy.port, 14);
     try {
       const second = Math.max(1, Math.floor(expiry / 2));
       for (const seconds of [expiry, second]) {
@@ -135,7 +123,7 @@ describe('windowed counters of every line', () => {
         expect(pttlProxied).toBeLessThanOrEqual(seconds * 1000);
         expect(Math.abs(pttlProxied - pttlDirect)).toBeLessThan(2000);
       }
-      expect(proxy.stats.blocksSeen).toBe(seenBefore);
+      expect(env.proxy.stats.blocksSeen).toBe(seenBefore);
       direct.write(cmd('DEL', key));
       proxied.write(cmd('DEL', key));
       await Promise.all([direct.readReplies(1), proxied.readReplies(1)]);
@@ -173,7 +161,7 @@ describe('the migration lock of 0.12-0.15, scaled down about a hundred times', (
 
   it.each(SCENARIOS)('$lock lock: the waiter takes it after the expiry through the proxy, never directly', async ({ key, leaseMs }) => {
     const db = leaseMs === 3000 ? 2 : 3;
-    const [direct, proxied] = await Promise.all([play(redis.port, db, key, leaseMs), play(proxy.port, db + 4, key, leaseMs)]);
+    const [direct, proxied] = await Promise.all([play(env.redis.port, db, key, leaseMs), play(env.proxy.port, db + 4, key, leaseMs)]);
     expect(direct.takenAfterMs).toBeUndefined();
     expect(direct.pttl).toBeGreaterThan(0); // twice the lease later, still held: the start-up would hang here
     expect(proxied.takenAfterMs).toBeGreaterThanOrEqual(leaseMs - 50);

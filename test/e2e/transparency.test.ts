@@ -11,38 +11,20 @@
  *
  * A failure prints the seed; `TRANSPARENCY_SEED=<n>` runs just that seed.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startRedis, type RedisServer } from '../support/redis.js';
+import { describe, expect, it } from 'vitest';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { cmd, RawClient, splitFrames } from '../support/resp.js';
-import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { attemptReplies, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
-let redis: RedisServer;
-let proxy: TestProxy;
-let admin: RawClient;
+const env = redisAndProxy();
 
-beforeAll(async () => {
-  redis = await startRedis();
-  proxy = await startTestProxy({ upstream: redis.url });
-  admin = await RawClient.connect(redis.port);
-});
-
-afterAll(async () => {
-  await admin?.close();
-  await proxy?.close();
-  await redis?.stop();
-});
-
-beforeEach(async () => {
-  await flushAll();
-});
-
+/** Empties Redis between the direct and the proxied run within one test (the fixture does it before each test). */
 async function flushAll(): Promise<void> {
-  admin.write(cmd('FLUSHALL'));
-  expect((await admin.readReplies(1)).toString()).toBe('+OK\r\n');
+  env.admin.write(cmd('FLUSHALL'));
+  expect((await env.admin.readReplies(1)).toString()).toBe('+OK\r\n');
 }
 
-const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
 
 // ---------------------------------------------------------------------------
 // Deterministic PRNG
@@ -499,14 +481,14 @@ describe('random traffic: direct and through the proxy give the same bytes', () 
     for (const seed of SEEDS) {
       it(`${resp3 ? 'RESP3' : 'RESP2'}, seed ${seed}`, async () => {
         const plan = makePlan(seed, STEPS_PER_RUN);
-        const rewrittenBefore = proxy.stats.blocksRewritten;
-        const direct = await execute(redis.port, plan, resp3);
-        const proxied = await execute(proxy.port, plan, resp3);
+        const rewrittenBefore = env.proxy.stats.blocksRewritten;
+        const direct = await execute(env.redis.port, plan, resp3);
+        const proxied = await execute(env.proxy.port, plan, resp3);
         expect(describeDifference(plan, resp3, direct.replies, proxied.replies)).toBeUndefined();
         expect(maskId(proxied.hello), `seed ${seed}`).toBe(maskId(direct.hello));
         if (resp3) expect(proxied.hello).toMatch(/^%7\r\n/);
         // The comparison means something only if the rewrite really ran in the middle of it all.
-        expect(proxy.stats.blocksRewritten - rewrittenBefore, `seed ${seed}: no block was rewritten`).toBeGreaterThan(0);
+        expect(env.proxy.stats.blocksRewritten - rewrittenBefore, `seed ${seed}: no block was rewritten`).toBeGreaterThan(0);
       });
     }
   }
@@ -570,15 +552,15 @@ describe('inline commands', () => {
   ];
   for (const [name, split] of splits) {
     it(`match Redis, ${name}`, async () => {
-      const direct = await run(redis.port, mixed, replies, split);
-      const rewrittenBefore = proxy.stats.blocksRewritten;
-      const proxied = await run(proxy.port, mixed, replies, split);
+      const direct = await run(env.redis.port, mixed, replies, split);
+      const rewrittenBefore = env.proxy.stats.blocksRewritten;
+      const proxied = await run(env.proxy.port, mixed, replies, split);
       expect(proxied).toBe(direct);
       expect(direct).toMatch(/^\+PONG\r\n\+OK\r\n\$1\r\nb\r\n/);
       // Both inline blocks ran as sent (the second one re-armed the expiry), the RESP one was rewritten.
       expect(proxied).toContain('*2\r\n:1\r\n:1\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:2\r\n:1\r\n');
       expect(proxied).toContain('*2\r\n:3\r\n:1\r\n');
-      expect(proxy.stats.blocksRewritten - rewrittenBefore).toBe(1);
+      expect(env.proxy.stats.blocksRewritten - rewrittenBefore).toBe(1);
     });
   }
 
@@ -587,8 +569,8 @@ describe('inline commands', () => {
       Buffer.from('SET "q k" "v\\r\\nw"\r\nGET "q k"\r\nECHO \'it\\\'s\'\r\nSET lock:q 1\r\nEXPIRE lock:q 100\r\n', 'latin1'),
       cmd('MULTI'), cmd('INCRBY', 'lock:q', '1'), cmd('EXPIRE', 'lock:q', '100'), cmd('EXEC'),
     ]);
-    const direct = await run(redis.port, bytes, 9, { kind: 'whole' });
-    const proxied = await run(proxy.port, bytes, 9, { kind: 'whole' });
+    const direct = await run(env.redis.port, bytes, 9, { kind: 'whole' });
+    const proxied = await run(env.proxy.port, bytes, 9, { kind: 'whole' });
     expect(proxied).toBe(direct);
     expect(proxied).toMatch(/\*2\r\n:2\r\n:1\r\n$/); // re-armed: not rewritten
   });
@@ -621,7 +603,7 @@ describe('transaction commands with the wrong number of arguments leave the stat
       const pttl = Number(/^:(-?\d+)/.exec(await adminCall('PTTL', 'lock:k'))?.[1]);
       return `${out} | expiry ${pttl < 0 ? pttl : pttl <= 5000 ? '<=5s' : '>5s'}`;
     };
-    return { direct: await run(redis.port), proxied: await run(proxy.port) };
+    return { direct: await run(env.redis.port), proxied: await run(env.proxy.port) };
   }
 
   it('DISCARD x inside MULTI: the transaction goes on (and aborts at EXEC), the block in it is not rewritten', async () => {
@@ -657,7 +639,7 @@ describe('transaction commands with the wrong number of arguments leave the stat
   });
 
   it('WATCH with no key: Redis watches nothing, and the block after it is rewritten', async () => {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     try {
       await adminCall('SET', 'lock:k', '1', 'PX', '5000');
       client.write(Buffer.concat([cmd('WATCH'), block]));

@@ -4,28 +4,25 @@
  * cluster-mode tests need: resharding one slot with the real MIGRATING /
  * IMPORTING protocol, manual failover, and "is everything settled?" checks.
  *
+ * Each node is a server process (server-process.ts) with cluster mode on.
  * Every admin command runs on a short-lived connection of its own, so no
  * helper connection lingers in a node's CLIENT LIST. Local binary only:
  * REDIS_TEST_IMAGE (containers) is not supported, because cluster nodes
  * announce addresses that must be reachable from the test process.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
+import { execFile } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
-import { freePort, isPortFree, trackForExitCleanup, untrack } from './redis.js';
+import { freePort, isPortFree } from './ports.js';
+import { HOST, startServerProcess, type ServerAccess, type ServerProcess } from './server-process.js';
 
 export interface ClusterNode {
   port: number;
   host: '127.0.0.1';
   /** Cluster node id (CLUSTER MYID); survives failovers. */
   id: string;
-  /** Its throwaway working directory (nodes.conf lives here). */
-  dir: string;
-  process: ChildProcess;
   /** Everything the server printed so far. */
   logs(): string;
 }
@@ -93,27 +90,22 @@ export interface StartClusterOptions {
   password?: string;
 }
 
-/** How the helper's own connections reach a node (redis-cli and ioredis). */
-interface NodeAccess {
-  tls?: { ca: Buffer };
-  password?: string;
-}
-
-const HOST = '127.0.0.1' as const;
 const NODE_COUNT = 6;
 const SLOTS = 16384;
 /** The cluster bus listens on port + 10000, so a client port must leave room for it. */
 const BUS_PORT_OFFSET = 10_000;
-const MAX_PORT_ATTEMPTS = 5;
-const READY_TIMEOUT_MS = 10_000;
+// The cluster's own waits, each longer than one server's start for a reason:
+/** `redis-cli --cluster create` assigns slots, joins six nodes and waits until they agree. */
 const CREATE_TIMEOUT_MS = 30_000;
+/** Six nodes agreeing on the slot map, replicas synced (each full sync forks), offsets caught up. */
 const HEALTHY_TIMEOUT_MS = 20_000;
+/** CLUSTER FAILOVER: the replica catches up, asks the masters for their votes, takes over. */
 const FAILOVER_TIMEOUT_MS = 15_000;
 const COMMAND_TIMEOUT_MS = 5_000;
 const MIGRATE_TIMEOUT_MS = 2_000;
 const MIGRATE_BATCH = 100;
 const POLL_INTERVAL_MS = 50;
-const STOP_GRACE_MS = 3_000;
+/** Six nodes' output per cluster, all kept in the test process. */
 const MAX_LOG_CHARS = 200_000;
 
 export async function startCluster(opts: StartClusterOptions = {}): Promise<TestCluster> {
@@ -124,7 +116,7 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Test
   const stopAll = () => Promise.all(started.map(stopNode)).then(() => undefined);
   try {
     const usedPorts = new Set<number>();
-    const access: NodeAccess = {
+    const access: ServerAccess = {
       tls: opts.tls !== undefined ? { ca: await readFile(opts.tls.ca) } : undefined,
       password: opts.password,
     };
@@ -146,22 +138,24 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Test
 // Processes
 // ---------------------------------------------------------------------------
 
-async function startNode(usedPorts: Set<number>, opts: StartClusterOptions, access: NodeAccess): Promise<ClusterNode> {
-  let lastLogs = '';
-  // Like startLocal() in redis.ts: a port can be taken between picking and
-  // binding it (and here there are two per node), so EADDRINUSE is retried.
-  for (let attempt = 1; attempt <= MAX_PORT_ATTEMPTS; attempt++) {
-    const port = await pickPort(usedPorts);
-    const node = await spawnNode(port, opts);
-    accessOf.set(node, access);
-    if (await waitUntilReady(node)) return node;
-    lastLogs = node.logs();
-    await stopNode(node);
-    if (!/Address already in use/i.test(lastLogs)) {
-      throw new Error(`cluster node on port ${port} exited early. Output:\n${lastLogs}`);
-    }
+async function startNode(usedPorts: Set<number>, opts: StartClusterOptions, access: ServerAccess): Promise<ClusterNode> {
+  const server = await startServerProcess({
+    name: 'cluster node',
+    ...access,
+    pickPort: () => pickPort(usedPorts),
+    args: (port, dir) => nodeArgs(port, dir, opts),
+    maxLogChars: MAX_LOG_CHARS,
+  });
+  const node: ClusterNode = { port: server.port, host: server.host, id: '', logs: server.logs };
+  processOf.set(node, server);
+  accessOf.set(node, access);
+  try {
+    node.id = String(await command(node, 'CLUSTER', 'MYID'));
+  } catch (err) {
+    await server.stop();
+    throw err;
   }
-  throw new Error(`no cluster node could bind free ports in ${MAX_PORT_ATTEMPTS} attempts. Last output:\n${lastLogs}`);
+  return node;
 }
 
 /** A free client port whose bus port (port + 10000) is free too and no other node's port. */
@@ -176,11 +170,8 @@ async function pickPort(usedPorts: Set<number>): Promise<number> {
   throw new Error('could not find a free port p with p + 10000 also free');
 }
 
-type SpawnedNode = ClusterNode & { hasExited(): boolean };
-
-async function spawnNode(port: number, opts: StartClusterOptions): Promise<SpawnedNode> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'redis-cluster-test-'));
-  const args = [
+function nodeArgs(port: number, dir: string, opts: StartClusterOptions): string[] {
+  return [
     ...(opts.tls === undefined
       ? ['--port', String(port)]
       : [
@@ -218,79 +209,14 @@ async function spawnNode(port: number, opts: StartClusterOptions): Promise<Spawn
     ...(opts.announceHostname !== undefined ? ['--cluster-announce-hostname', opts.announceHostname] : []),
     ...(opts.preferredEndpointType !== undefined ? ['--cluster-preferred-endpoint-type', opts.preferredEndpointType] : []),
   ];
-  const child = spawn('redis-server', args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-  trackForExitCleanup(child, dir);
-  let output = '';
-  const capture = (chunk: Buffer) => {
-    output = (output + chunk.toString('utf8')).slice(-MAX_LOG_CHARS);
-  };
-  child.stdout?.on('data', capture);
-  child.stderr?.on('data', capture);
-  let exited = false;
-  child.once('exit', () => (exited = true));
-  // spawn failures (ENOENT) arrive as 'error' without 'exit'.
-  child.once('error', (err) => {
-    output += `\n[spawn error] ${err.message}\n`;
-    exited = true;
-  });
-  return {
-    port,
-    host: HOST,
-    id: '',
-    dir,
-    process: child,
-    logs: () => output,
-    hasExited: () => exited,
-  };
 }
 
-/**
- * True once the node answers as the process we spawned (INFO's process_id, so
- * another test's server on a recycled port is never mistaken for ours), with
- * `id` filled in; false if it exited.
- */
-async function waitUntilReady(node: SpawnedNode): Promise<boolean> {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  while (Date.now() < deadline) {
-    if (node.hasExited()) return false;
-    const probe = await withConnection(node, async (r) => {
-      const info = String(await r.call('INFO', 'server'));
-      return { info, id: String(await r.call('CLUSTER', 'MYID')) };
-    }).catch(() => undefined);
-    if (probe?.info.includes(`\r\nprocess_id:${node.process.pid}\r\n`)) {
-      node.id = probe.id;
-      return !node.hasExited();
-    }
-    await sleep(POLL_INTERVAL_MS);
-  }
-  const logs = node.logs();
-  await stopNode(node);
-  throw new Error(`cluster node on port ${node.port} did not answer within ${READY_TIMEOUT_MS} ms. Output:\n${logs}`);
-}
-
-const stops = new WeakMap<ClusterNode, Promise<void>>();
-/** Set for every node as it is spawned. */
-const accessOf = new WeakMap<ClusterNode, NodeAccess>();
+/** Set for every node as it is started. */
+const processOf = new WeakMap<ClusterNode, ServerProcess>();
+const accessOf = new WeakMap<ClusterNode, ServerAccess>();
 
 function stopNode(node: ClusterNode): Promise<void> {
-  let promise = stops.get(node);
-  if (!promise) {
-    promise = (async () => {
-      const child = node.process;
-      // No pid: spawn itself failed, there is nothing to kill (and no 'exit' will come).
-      if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) {
-        const exited = new Promise((resolve) => child.once('exit', resolve));
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
-        await exited;
-        clearTimeout(timer);
-      }
-      untrack(child);
-      await rm(node.dir, { recursive: true, force: true });
-    })();
-    stops.set(node, promise);
-  }
-  return promise;
+  return processOf.get(node)?.stop() ?? Promise.resolve();
 }
 
 async function createCluster(nodes: ClusterNode[], opts: StartClusterOptions): Promise<void> {

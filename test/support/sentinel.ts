@@ -3,27 +3,21 @@
  * local `redis-server` processes (sentinels run as `redis-server <conf>
  * --sentinel`, so the separate redis-sentinel package is not needed).
  *
- * Master and replica come from startRedis(); the sentinels are spawned here
- * because sentinel mode needs a writable config file as its first argument.
+ * Master and replica come from startRedis(); each sentinel is a server process
+ * (server-process.ts) whose first argument is a config file written into its
+ * own directory, because sentinel mode needs a writable one.
  * Containers (REDIS_TEST_IMAGE) are not supported: sentinels must reach the
  * master and replica at the addresses those announce.
  */
-import { spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { freePort, startRedis, trackForExitCleanup, untrack, type RedisServer } from './redis.js';
+import { startRedis, type RedisServer } from './redis.js';
+import { HOST, startServerProcess, type ServerProcess } from './server-process.js';
 
-export interface SentinelProcess {
-  host: string;
-  port: number;
-  /** Stops this sentinel; safe to call twice. */
-  stop(): Promise<void>;
-  /** Everything it printed so far. */
-  logs(): string;
-}
+/** One sentinel: its port, its output, stop(). */
+export type SentinelProcess = ServerProcess;
 
 export interface SentinelSetup {
   master: RedisServer;
@@ -41,12 +35,13 @@ export interface SentinelSetupOptions {
   masterName?: string;
 }
 
-const HOST = '127.0.0.1';
-const READY_TIMEOUT_MS = 15_000;
+/**
+ * For the replica's first sync, and for every sentinel to know the master and
+ * the replica. Above Sentinel's 10 s INFO period: a sentinel that asked the
+ * master before the replica had attached learns of it only at its next INFO.
+ */
+const SETTLE_TIMEOUT_MS = 15_000;
 const POLL_INTERVAL_MS = 50;
-const STOP_GRACE_MS = 3_000;
-const MAX_PORT_ATTEMPTS = 5;
-const MAX_LOG_CHARS = 1_000_000;
 
 /** Starts master, replica and sentinels, and waits until every sentinel knows the replica. */
 export async function startSentinelSetup(opts: SentinelSetupOptions = {}): Promise<SentinelSetup> {
@@ -56,13 +51,9 @@ export async function startSentinelSetup(opts: SentinelSetupOptions = {}): Promi
   const count = opts.sentinels ?? 1;
   const masterName = opts.masterName ?? 'mymaster';
   const started: Array<{ stop(): Promise<void> }> = [];
-  let dir: string | undefined;
   const stopAll = async () => {
     // Sentinels first, so they do not react to the data nodes going away.
     for (const item of started.slice().reverse()) await item.stop();
-    if (dir) {
-      await rm(dir, { recursive: true, force: true });
-    }
   };
   try {
     // Without the default 5 s diskless-sync delay the replica is in sync at once
@@ -72,10 +63,9 @@ export async function startSentinelSetup(opts: SentinelSetupOptions = {}): Promi
     started.push(master);
     const replica = await startRedis({ args: [...noSyncDelay, '--replicaof', HOST, String(master.port)] });
     started.push(replica);
-    dir = await mkdtemp(path.join(os.tmpdir(), 'redis-sentinel-test-'));
     const sentinels: SentinelProcess[] = [];
     for (let i = 1; i <= count; i++) {
-      const sentinel = await startSentinel(dir, i, masterName, master.port);
+      const sentinel = await startSentinel(i, masterName, master.port);
       started.push(sentinel);
       sentinels.push(sentinel);
     }
@@ -93,85 +83,30 @@ export async function startSentinelSetup(opts: SentinelSetupOptions = {}): Promi
 // Sentinel processes
 // ---------------------------------------------------------------------------
 
-async function startSentinel(dir: string, index: number, masterName: string, masterPort: number): Promise<SentinelProcess> {
-  let lastLogs = '';
-  for (let attempt = 1; attempt <= MAX_PORT_ATTEMPTS; attempt++) {
-    const port = await freePort();
-    const conf = path.join(dir, `sentinel-${index}.conf`);
-    // Sentinel rewrites this file (ids, epochs, discovered replicas), so it lives in the writable tmp dir.
-    await writeFile(
-      conf,
-      [
-        `port ${port}`,
-        `bind ${HOST}`,
-        'protected-mode no',
-        'daemonize no',
-        `dir ${dir}`,
-        'sentinel resolve-hostnames no',
-        `sentinel monitor ${masterName} ${HOST} ${masterPort} 1`,
-        `sentinel down-after-milliseconds ${masterName} 1000`,
-        `sentinel failover-timeout ${masterName} 5000`,
-        '',
-      ].join('\n'),
-    );
-    const sentinel = spawnSentinel(conf, port);
-    const outcome = await waitForPing(sentinel);
-    if (outcome === 'ready') return sentinel.handle;
-    lastLogs = sentinel.handle.logs();
-    await sentinel.handle.stop();
-    if (!/Address already in use|EADDRINUSE/i.test(lastLogs)) {
-      throw new Error(`sentinel ${index} exited early. Output:\n${lastLogs}`);
-    }
-  }
-  throw new Error(`sentinel ${index} could not bind a free port in ${MAX_PORT_ATTEMPTS} attempts. Last output:\n${lastLogs}`);
-}
-
-function spawnSentinel(conf: string, port: number): { handle: SentinelProcess; hasExited(): boolean } {
-  const child = spawn('redis-server', [conf, '--sentinel'], { cwd: path.dirname(conf), stdio: ['ignore', 'pipe', 'pipe'] });
-  trackForExitCleanup(child, path.dirname(conf));
-  let output = '';
-  const capture = (chunk: Buffer) => {
-    output = (output + chunk.toString('utf8')).slice(-MAX_LOG_CHARS);
-  };
-  child.stdout?.on('data', capture);
-  child.stderr?.on('data', capture);
-  let exited = false;
-  const exit = new Promise<void>((resolve) => {
-    child.once('exit', () => {
-      exited = true;
-      resolve();
-    });
-    child.once('error', (err) => {
-      output += `\n[spawn error] ${err.message}\n`;
-      exited = true;
-      resolve();
-    });
+function startSentinel(index: number, masterName: string, masterPort: number): Promise<SentinelProcess> {
+  return startServerProcess({
+    name: `sentinel ${index}`,
+    args: async (port, dir) => {
+      // Sentinel rewrites this file (ids, epochs, discovered replicas), so it lives in the writable directory.
+      const conf = path.join(dir, 'sentinel.conf');
+      await writeFile(
+        conf,
+        [
+          `port ${port}`,
+          `bind ${HOST}`,
+          'protected-mode no',
+          'daemonize no',
+          `dir ${dir}`,
+          'sentinel resolve-hostnames no',
+          `sentinel monitor ${masterName} ${HOST} ${masterPort} 1`,
+          `sentinel down-after-milliseconds ${masterName} 1000`,
+          `sentinel failover-timeout ${masterName} 5000`,
+          '',
+        ].join('\n'),
+      );
+      return [conf, '--sentinel'];
+    },
   });
-  let stopping: Promise<void> | undefined;
-  const stop = () =>
-    (stopping ??= (async () => {
-      if (!exited) {
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
-        await exit;
-        clearTimeout(timer);
-      }
-      untrack(child);
-    })());
-  return { handle: { host: HOST, port, stop, logs: () => output }, hasExited: () => exited };
-}
-
-async function waitForPing(sentinel: { handle: SentinelProcess; hasExited(): boolean }): Promise<'ready' | 'exited'> {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  while (Date.now() < deadline) {
-    if (sentinel.hasExited()) return 'exited';
-    const reply = await query(sentinel.handle.port, ['PING']).catch(() => undefined);
-    if (reply === 'PONG') return sentinel.hasExited() ? 'exited' : 'ready';
-    await sleep(POLL_INTERVAL_MS);
-  }
-  const logs = sentinel.handle.logs();
-  await sentinel.handle.stop();
-  throw new Error(`sentinel on port ${sentinel.handle.port} did not answer PING within ${READY_TIMEOUT_MS} ms. Output:\n${logs}`);
 }
 
 // ---------------------------------------------------------------------------
@@ -201,7 +136,7 @@ async function waitForSentinel(sentinel: SentinelProcess, masterName: string, ma
 }
 
 async function waitFor(what: string, check: () => Promise<boolean>, logs?: () => string): Promise<void> {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
+  const deadline = Date.now() + SETTLE_TIMEOUT_MS;
   let lastError = '';
   while (Date.now() < deadline) {
     try {
@@ -212,7 +147,7 @@ async function waitFor(what: string, check: () => Promise<boolean>, logs?: () =>
     await sleep(POLL_INTERVAL_MS);
   }
   const detail = lastError ? ` (last error: ${lastError})` : '';
-  throw new Error(`timed out after ${READY_TIMEOUT_MS} ms waiting for ${what}${detail}${logs ? `. Output:\n${logs()}` : ''}`);
+  throw new Error(`timed out after ${SETTLE_TIMEOUT_MS} ms waiting for ${what}${detail}${logs ? `. Output:\n${logs()}` : ''}`);
 }
 
 function fieldMap(fields: unknown): Map<string, string> {

@@ -1,8 +1,10 @@
 /**
- * The built command line, `node dist/cli.js`, as an operator runs it: help and
- * version, startup logging, configuration from flags and environment, a lock
- * attempt through it, clean shutdown on SIGTERM, and the exit status and
- * message of every startup failure.
+ * The built command line, `node dist/cli.js`, as an operator starts it: help
+ * and version, startup logging, configuration from flags, environment and a
+ * config file (with its precedence, and --print-config), a lock attempt
+ * through it, clean shutdown on SIGTERM, and the exit status and message of
+ * every startup failure. (Once it runs, its admin endpoints, signals and
+ * reloads: cli-admin-signals-reload.test.ts.)
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
@@ -202,6 +204,46 @@ describe('running', () => {
       cli.kill('SIGTERM');
       await cli.stop();
     }
+  });
+});
+
+describe('config file', () => {
+  it('is read, and flags and environment variables win over it', async () => {
+    const rules = writeTmp('cfg-rules.yaml', 'rules:\n  - name: ops-lock\n    prefix: "lock:"\n');
+    const filePort = await freePort();
+    const config = writeTmp(
+      'proxy.yaml',
+      `listen: 127.0.0.1:${filePort}\nupstream: redis://:s3cret@127.0.0.1:1/2\nrules:\n  - ${rules}\nhold-ms: 25\nmode: observe\nadmin-listen: "off"\n`,
+    );
+    const shown = await runCli(['--config', config, '--print-config', '--hold-ms', '30'], { REDIS_LOCK_PROXY_MODE: 'enforce' });
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).toContain(`listen: 127.0.0.1:${filePort}`);
+    expect(shown.stdout).toContain('upstream: redis://:***@127.0.0.1:1/2');
+    expect(shown.stdout).not.toContain('s3cret');
+    expect(shown.stdout).toContain('hold-ms: 30'); // flag > file
+    expect(shown.stdout).toContain('mode: enforce'); // env > file
+    expect(shown.stdout).toContain(rules);
+
+    const running = new Cli(['--config', config, '--upstream', redis.url], cleanEnv());
+    try {
+      await running.waitForLog('redis-lock-proxy listening');
+      expect(await exchange(filePort, lockAttempt('lock:cfg', 60), 4)).toBe(attemptReplies(1, 1));
+      expect(running.logLines().find((l) => l.msg === 'redis-lock-proxy listening')).toMatchObject({ mode: 'observe' });
+    } finally {
+      running.kill('SIGTERM');
+      await running.stop();
+    }
+  });
+
+  it('refuses unknown settings and wrong types, naming them', async () => {
+    const typo = writeTmp('typo.yaml', 'listne: 127.0.0.1:1\n');
+    const exit = await runCli(['--config', typo]);
+    expect(exit.code).toBe(2);
+    expect(exit.stderr).toContain(`config file ${typo}: unknown setting "listne"`);
+    const wrong = writeTmp('wrong.yaml', 'watch-rules: sometimes\n');
+    const exit2 = await runCli(['--config', wrong]);
+    expect(exit2.code).toBe(2);
+    expect(exit2.stderr).toContain('setting "watch-rules" must be true or false');
   });
 });
 

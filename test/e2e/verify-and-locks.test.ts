@@ -7,6 +7,8 @@
  * - `locks --upstream URL` lists and decodes lock keys written with Stalwart's exact bytes,
  *   flags the abandoned-looking ones, releases keys, and finds locks among many other keys with
  *   SCAN, never KEYS.
+ *
+ * The same commands for each Stalwart release line: verify-and-locks-stalwart-releases.test.ts.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
@@ -16,41 +18,30 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { describeKey, escapeKey, unescapeKey } from '../../src/key-text.js';
-import {
-  connectionOptions,
-  deleteUnchanged,
-  describeLockKey,
-  globPatternFor,
-  listLocks,
-  run as locks,
-} from '../../src/ops/locks.js';
-import { run as verify, type Io } from '../../src/ops/verify.js';
+import type { Io } from '../../src/ops/command.js';
+import { connectionOptions, run as locks } from '../../src/ops/locks.js';
+import { describeLockKey, globPatternFor, listLocks } from '../../src/ops/locks-list.js';
+import { deleteUnchanged } from '../../src/ops/locks-release.js';
+import { run as verify } from '../../src/ops/verify.js';
 import { loadRules } from '../../src/rules/loader.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
 import { releasesText } from '../../src/rules/store.js';
 import { STALWART_RULES, startTestProxy, TEST_RULES, type TestProxy } from '../support/proxy.js';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
 import { RawClient } from '../support/resp.js';
 import { counterOf, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
-let redis: RedisServer;
-let proxy: TestProxy;
-let admin: RawClient;
+const env = redisAndProxy();
 let tmp: string;
 let testRulesFile: string;
 
-beforeAll(async () => {
-  redis = await startRedis();
-  proxy = await startTestProxy({ upstream: redis.url });
-  admin = await RawClient.connect(redis.port);
+beforeAll(() => {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'rlp-ops-'));
   testRulesFile = writeRules('test.yaml', TEST_RULES);
 });
 
-afterAll(async () => {
-  await admin?.close();
-  await proxy?.close();
-  await redis?.stop();
+afterAll(() => {
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
@@ -66,14 +57,14 @@ interface OpResult {
 
 type Op = (argv: string[], io: Io) => Promise<number>;
 
-/** Runs a subcommand as the CLI dispatcher would, with `env` as the whole environment. */
-async function runOp(op: Op, argv: string[], env: NodeJS.ProcessEnv = {}): Promise<OpResult> {
+/** Runs a subcommand as the CLI dispatcher would, with `environment` as the whole environment. */
+async function runOp(op: Op, argv: string[], environment: NodeJS.ProcessEnv = {}): Promise<OpResult> {
   let stdout = '';
   let stderr = '';
   const code = await op(argv, {
     stdout: (text) => (stdout += text),
     stderr: (text) => (stderr += text),
-    env,
+    env: environment,
   });
   return { code, stdout, stderr };
 }
@@ -84,7 +75,7 @@ function writeRules(name: string, text: string): string {
   return file;
 }
 
-const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
 
 async function adminInt(...args: (string | Buffer)[]): Promise<number> {
   const reply = await adminCall(...args);
@@ -101,7 +92,7 @@ async function adminGet(key: Buffer | string): Promise<string | null> {
 
 /** Stalwart's lock attempt through the proxy, byte for byte; returns the counter. */
 async function attemptViaProxy(key: Buffer, seconds: number): Promise<number> {
-  const client = await RawClient.connect(proxy.port);
+  const client = await RawClient.connect(env.proxy.port);
   try {
     client.write(lockAttempt(key, seconds));
     return counterOf(await client.readReplies(4));
@@ -120,19 +111,19 @@ function lines(text: string): string[] {
 
 describe('verify', () => {
   beforeEach(async () => {
-    await adminCall('FLUSHALL');
+    // The fixture has just emptied Redis.
     await adminCall('SET', 'app:unrelated', 'x'); // so that "DBSIZE unchanged" is not just 0 == 0
   });
 
   it('passes through the proxy with the shipped Stalwart rules: one line, exit 0, no keys left', async () => {
     const before = await adminInt('DBSIZE');
-    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`]);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`]);
     expect(result.stderr).toBe('');
     expect(result.code).toBe(0);
     const shipped = loadRules([STALWART_RULES]).rules.map((rule) => rule.name);
     const verified = shipped.filter((name) => name !== 'stalwart-migration-core-lock');
     expect(result.stdout).toBe(
-      `verify: OK: ${verified.length} rule(s) enforce the fix through 127.0.0.1:${proxy.port} for ${releasesText(loadRules([STALWART_RULES]))} ` +
+      `verify: OK: ${verified.length} rule(s) enforce the fix through 127.0.0.1:${env.proxy.port} for ${releasesText(loadRules([STALWART_RULES]))} ` +
         `(${verified.join(', ')}); fixed key, not touched: stalwart-migration-core-lock\n`,
     );
     expect(await adminInt('DBSIZE')).toBe(before);
@@ -140,11 +131,11 @@ describe('verify', () => {
 
   it('passes with a text-prefix rule file, and names the observe rule it did not verify', async () => {
     const before = await adminInt('DBSIZE');
-    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--rules', testRulesFile]);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`, '--rules', testRulesFile]);
     expect(result).toEqual({
       code: 0,
       stdout:
-        `verify: OK: 1 rule(s) enforce the fix through 127.0.0.1:${proxy.port} (test-lock); ` +
+        `verify: OK: 1 rule(s) enforce the fix through 127.0.0.1:${env.proxy.port} (test-lock); ` +
         'observe (not verified): test-observe\n',
       stderr: '',
     });
@@ -152,7 +143,7 @@ describe('verify', () => {
   });
 
   it('takes the rules from REDIS_LOCK_PROXY_RULES, as the proxy does', async () => {
-    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`], {
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`], {
       REDIS_LOCK_PROXY_RULES: `${STALWART_RULES},${testRulesFile}`,
     });
     expect(result.code).toBe(0);
@@ -161,7 +152,7 @@ describe('verify', () => {
 
   it('fails directly against Redis: the second attempt re-armed the expiry', async () => {
     const before = await adminInt('DBSIZE');
-    const result = await runOp(verify, ['--via', `127.0.0.1:${redis.port}`]);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.redis.port}`]);
     expect(result.code).toBe(1);
     expect(result.stdout).toBe('');
     expect(lines(result.stderr)).toHaveLength(1);
@@ -232,7 +223,7 @@ describe('verify', () => {
   });
 
   it('--verbose prints each step, with the scratch keys', async () => {
-    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--verbose', '--rules', testRulesFile]);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`, '--verbose', '--rules', testRulesFile]);
     expect(result.code).toBe(0);
     const out = lines(result.stdout);
     expect(out.at(-1)).toMatch(/^verify: OK: 1 rule\(s\)/);
@@ -246,14 +237,14 @@ describe('verify', () => {
       'impossible.yaml',
       `rules:\n  - name: impossible\n    prefix: "x:"\n    pattern: '^x:[\\s\\S]{200}$'\n`,
     );
-    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--rules', impossible]);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`, '--rules', impossible]);
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/^verify: FAILED: rule impossible: cannot build a scratch key/);
   });
 
   it('a rule shadowed by an earlier one has no key of its own', async () => {
     const shadowedProxy = await startTestProxy({
-      upstream: redis.url,
+      upstream: env.redis.url,
       rules: [`rules:\n  - name: broad\n    prefix: "job:"\n  - name: narrow\n    prefix: "job:x"\n`],
     });
     try {
@@ -268,7 +259,7 @@ describe('verify', () => {
 
   it('fails when the proxy only observes the rule', async () => {
     const observing = await startTestProxy({
-      upstream: redis.url,
+      upstream: env.redis.url,
       rules: [`rules:\n  - name: test-lock\n    prefix: "lock:"\n    mode: observe\n`],
     });
     try {
@@ -323,8 +314,8 @@ describe('verify', () => {
 
       const flag = await runOp(verify, ['--via', via, '--password', 's3cret']);
       expect(flag.code).toBe(0);
-      const env = await runOp(verify, ['--via', via], { REDIS_LOCK_PROXY_VERIFY_PASSWORD: 's3cret' });
-      expect(env.code).toBe(0);
+      const fromEnvironment = await runOp(verify, ['--via', via], { REDIS_LOCK_PROXY_VERIFY_PASSWORD: 's3cret' });
+      expect(fromEnvironment.code).toBe(0);
       const user = await runOp(verify, ['--via', via, '--user', 'default', '--password', 's3cret']);
       expect(user.code).toBe(0);
       const wrong = await runOp(verify, ['--via', via, '--password', 'nope']);
@@ -353,11 +344,11 @@ describe('locks', () => {
   let upstreamArgs: string[];
 
   beforeAll(() => {
-    upstreamArgs = ['--upstream', redis.url, '--rules', STALWART_RULES];
+    upstreamArgs = ['--upstream', env.redis.url, '--rules', STALWART_RULES];
   });
 
   beforeEach(async () => {
-    await adminCall('FLUSHALL');
+    // The fixture has just emptied Redis.
     expect(await attemptViaProxy(task1234, 3600)).toBe(1);
     expect(await attemptViaProxy(queue42, 600)).toBe(1);
     expect(await attemptViaProxy(awkward, 3600)).toBe(1);
@@ -515,7 +506,7 @@ describe('locks', () => {
   });
 
   it('--release-abandoned re-checks each key: one changed since it was read is left alone', async () => {
-    const client = new Redis(connectionOptions(parseUpstreamUrl(redis.url)));
+    const client = new Redis(connectionOptions(parseUpstreamUrl(env.redis.url)));
     try {
       await client.connect();
       const rules = loadRules([STALWART_RULES]);
@@ -556,7 +547,7 @@ describe('locks', () => {
   });
 
   it('finds the locks among 20k other keys with SCAN, never KEYS, also with a small --count', async () => {
-    const filler = new Redis(connectionOptions(parseUpstreamUrl(redis.url)));
+    const filler = new Redis(connectionOptions(parseUpstreamUrl(env.redis.url)));
     try {
       await filler.connect();
       for (let start = 0; start < 20_000; start += 1000) {

@@ -1,7 +1,8 @@
 /**
- * Operating the built command line: the admin endpoints scraped over HTTP,
- * SIGHUP and file-watch rule reloads, a config file with its precedence, and
- * --print-config.
+ * The built command line while it runs: the admin endpoints scraped over
+ * HTTP, signals (SIGHUP the moment it listens, SIGTERM through npx, SIGTERM
+ * with a busy connection), and rule reloads on SIGHUP and when a watched
+ * file changes. (Starting it, settings and config file: cli-startup.test.ts.)
  */
 import fs from 'node:fs';
 import net from 'node:net';
@@ -238,45 +239,5 @@ describe('rule reload', () => {
       cli.kill('SIGTERM');
       await cli.stop();
     }
-  });
-});
-
-describe('config file', () => {
-  it('is read, and flags and environment variables win over it', async () => {
-    const rules = writeTmp('cfg-rules.yaml', RULES);
-    const filePort = await freePort();
-    const config = writeTmp(
-      'proxy.yaml',
-      `listen: 127.0.0.1:${filePort}\nupstream: redis://:s3cret@127.0.0.1:1/2\nrules:\n  - ${rules}\nhold-ms: 25\nmode: observe\nadmin-listen: "off"\n`,
-    );
-    const shown = await runCli(['--config', config, '--print-config', '--hold-ms', '30'], { REDIS_LOCK_PROXY_MODE: 'enforce' });
-    expect(shown.code).toBe(0);
-    expect(shown.stdout).toContain(`listen: 127.0.0.1:${filePort}`);
-    expect(shown.stdout).toContain('upstream: redis://:***@127.0.0.1:1/2');
-    expect(shown.stdout).not.toContain('s3cret');
-    expect(shown.stdout).toContain('hold-ms: 30'); // flag > file
-    expect(shown.stdout).toContain('mode: enforce'); // env > file
-    expect(shown.stdout).toContain(rules);
-
-    const running = new Cli(['--config', config, '--upstream', redis.url], cleanEnv());
-    try {
-      await running.waitForLog('redis-lock-proxy listening');
-      expect(await attempt(filePort, 'lock:cfg')).toBe(attemptReplies(1, 1));
-      expect(running.logLines().find((l) => l.msg === 'redis-lock-proxy listening')).toMatchObject({ mode: 'observe' });
-    } finally {
-      running.kill('SIGTERM');
-      await running.stop();
-    }
-  });
-
-  it('refuses unknown settings and wrong types, naming them', async () => {
-    const typo = writeTmp('typo.yaml', 'listne: 127.0.0.1:1\n');
-    const exit = await runCli(['--config', typo]);
-    expect(exit.code).toBe(2);
-    expect(exit.stderr).toContain(`config file ${typo}: unknown setting "listne"`);
-    const wrong = writeTmp('wrong.yaml', 'watch-rules: sometimes\n');
-    const exit2 = await runCli(['--config', wrong]);
-    expect(exit2.code).toBe(2);
-    expect(exit2.stderr).toContain('setting "watch-rules" must be true or false');
   });
 });

@@ -8,37 +8,21 @@
  */
 import { spawn } from 'node:child_process';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startRedis, type RedisServer } from '../support/redis.js';
-import { RawClient } from '../support/resp.js';
-import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { lockAttempt } from '../support/stalwart.js';
 
-let redis: RedisServer;
-let proxy: TestProxy;
-let admin: RawClient;
+const env = redisAndProxy();
+/** The ioredis clients a test opened and has not quit yet. */
 const opened: Redis[] = [];
 
-beforeAll(async () => {
-  redis = await startRedis();
-  proxy = await startTestProxy({ upstream: redis.url });
-  admin = await RawClient.connect(redis.port);
-});
-
-afterAll(async () => {
+afterAll(() => {
   for (const client of opened) client.disconnect();
-  await admin?.close();
-  await proxy?.close();
-  await redis?.stop();
 });
 
-beforeEach(async () => {
-  await adminCall('FLUSHALL');
-});
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
 
-const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
-
-const pttl = (key: Buffer | string): Promise<number> => admin.pttl(key);
+const pttl = (key: Buffer | string): Promise<number> => env.admin.pttl(key);
 
 async function ioredis(port: number): Promise<Redis> {
   const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0 });
@@ -62,7 +46,7 @@ describe('ioredis', () => {
     ['a binary Stalwart key', BINARY_LOCK_KEY],
   ] as const) {
     it(`multi().incrby().expire().exec() on ${name}: expiry set once, never re-armed`, async () => {
-      const client = await ioredis(proxy.port);
+      const client = await ioredis(env.proxy.port);
       const attempt = () => client.multi().incrby(key, 1).expire(key, 60).exec();
       expect(await attempt()).toEqual([[null, 1], [null, 1]]);
       expect(await pttl(key)).toBeGreaterThan(55_000);
@@ -72,7 +56,7 @@ describe('ioredis', () => {
       await quit(client);
 
       // Directly, the same attempt re-arms the expiry: the behaviour the proxy is there to fix.
-      const direct = await ioredis(redis.port);
+      const direct = await ioredis(env.redis.port);
       expect(await direct.multi().incrby(key, 1).expire(key, 60).exec()).toEqual([[null, 3], [null, 1]]);
       expect(await pttl(key)).toBeGreaterThan(55_000);
       await quit(direct);
@@ -133,9 +117,9 @@ describe('ioredis', () => {
       return { kinds, results };
     };
 
-    const rewrittenBefore = proxy.stats.blocksRewritten;
-    const direct = await run(redis.port);
-    const proxied = await run(proxy.port);
+    const rewrittenBefore = env.proxy.stats.blocksRewritten;
+    const direct = await run(env.redis.port);
+    const proxied = await run(env.proxy.port);
     expect(proxied.kinds).toEqual(direct.kinds);
     const attempts = new Map<unknown, number>();
     let blocks = 0;
@@ -153,7 +137,7 @@ describe('ioredis', () => {
       expect(proxied.results[i], `block #${i}`).toEqual({ ok: [[null, n], [null, n === 1 ? 1 : 0]] });
     }
     expect(blocks).toBeGreaterThanOrEqual(10);
-    expect(proxy.stats.blocksRewritten - rewrittenBefore).toBe(blocks);
+    expect(env.proxy.stats.blocksRewritten - rewrittenBefore).toBe(blocks);
     // Sanity: the plain commands did hit every kind of reply.
     expect(JSON.stringify(direct.results)).toContain('WRONGTYPE');
     expect(JSON.stringify(direct.results)).toContain('not an integer');
@@ -175,9 +159,9 @@ describe('ioredis', () => {
       await quit(client);
       return { untouched, rearmed, touched, after };
     };
-    const direct = await scenario(redis.port);
+    const direct = await scenario(env.redis.port);
     expect(direct).toEqual({ untouched: [[null, 2], [null, 1]], rearmed: true, touched: null, after: '9' });
-    expect(await scenario(proxy.port)).toEqual(direct);
+    expect(await scenario(env.proxy.port)).toEqual(direct);
   });
 });
 
@@ -210,10 +194,10 @@ const LOCK_LINES = 'MULTI\nINCRBY lock:cli 1\nEXPIRE lock:cli 60\nEXEC\n';
 describe('redis-cli', () => {
   for (const protocol of [[], ['-3']]) {
     it(`typed lock block ${protocol.join(' ') || '(RESP2)'}: the first attempt prints what Redis prints`, async () => {
-      const direct = await redisCli(['-p', String(redis.port), ...protocol], LOCK_LINES);
+      const direct = await redisCli(['-p', String(env.redis.port), ...protocol], LOCK_LINES);
       expect(direct).toEqual({ stdout: 'OK\nQUEUED\nQUEUED\n1\n1\n', stderr: '', code: 0 });
       await adminCall('FLUSHALL');
-      expect(await redisCli(['-p', String(proxy.port), ...protocol], LOCK_LINES)).toEqual(direct);
+      expect(await redisCli(['-p', String(env.proxy.port), ...protocol], LOCK_LINES)).toEqual(direct);
       expect(await pttl('lock:cli')).toBeGreaterThan(55_000);
     });
   }
@@ -229,13 +213,13 @@ describe('redis-cli', () => {
       const out = await redisCli(['-p', String(port)], LOCK_LINES);
       return { out, rearmed: (await pttl('lock:cli')) > 5000 };
     };
-    const direct = await second(redis.port);
+    const direct = await second(env.redis.port);
     expect(direct).toEqual({ out: { stdout: 'OK\nQUEUED\nQUEUED\n2\n1\n', stderr: '', code: 0 }, rearmed: true });
-    const rewrittenBefore = proxy.stats.blocksRewritten;
-    const releasedBefore = proxy.stats.releases.get('hold-timeout') ?? 0;
-    expect(await second(proxy.port)).toEqual(direct);
-    expect(proxy.stats.blocksRewritten).toBe(rewrittenBefore);
-    expect(proxy.stats.releases.get('hold-timeout')).toBe(releasedBefore + 1);
+    const rewrittenBefore = env.proxy.stats.blocksRewritten;
+    const releasedBefore = env.proxy.stats.releases.get('hold-timeout') ?? 0;
+    expect(await second(env.proxy.port)).toEqual(direct);
+    expect(env.proxy.stats.blocksRewritten).toBe(rewrittenBefore);
+    expect(env.proxy.stats.releases.get('hold-timeout')).toBe(releasedBefore + 1);
   });
 
   it('lock block in one write (--pipe): rewritten, counter 2 and the short expiry kept', async () => {
@@ -246,8 +230,8 @@ describe('redis-cli', () => {
       const out = await redisCli(['-p', String(port), '--pipe'], block.toString('latin1'));
       return { out, counter: await adminCall('GET', 'lock:cli'), ttl: await pttl('lock:cli') };
     };
-    const direct = await second(redis.port);
-    const proxied = await second(proxy.port);
+    const direct = await second(env.redis.port);
+    const proxied = await second(env.proxy.port);
     expect(proxied.out).toEqual(direct.out);
     expect(direct.out.stdout).toContain('errors: 0, replies: 4');
     expect(direct.counter).toBe('$1\r\n2\r\n');
@@ -270,13 +254,13 @@ describe('redis-cli', () => {
     ];
     for (const [args, input] of cases) {
       await adminCall('DEL', 'cli:l2', 'cli:h');
-      const direct = await redisCli(['-p', String(redis.port), ...args], input);
+      const direct = await redisCli(['-p', String(env.redis.port), ...args], input);
       await adminCall('DEL', 'cli:l2', 'cli:h');
-      const proxied = await redisCli(['-p', String(proxy.port), ...args], input);
+      const proxied = await redisCli(['-p', String(env.proxy.port), ...args], input);
       expect(proxied, `redis-cli ${args.join(' ')} <<< ${JSON.stringify(input)}`).toEqual(direct);
     }
-    expect((await redisCli(['-p', String(proxy.port), '--no-raw', 'PING'])).stdout).toBe('PONG\n');
-    expect((await redisCli(['-p', String(proxy.port), '--no-raw', 'INCR', 'cli:list'])).stdout).toBe(
+    expect((await redisCli(['-p', String(env.proxy.port), '--no-raw', 'PING'])).stdout).toBe('PONG\n');
+    expect((await redisCli(['-p', String(env.proxy.port), '--no-raw', 'INCR', 'cli:list'])).stdout).toBe(
       '(error) WRONGTYPE Operation against a key holding the wrong kind of value\n',
     );
   });

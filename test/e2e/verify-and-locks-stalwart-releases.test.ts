@@ -5,36 +5,28 @@
  *   proxy does not cover the release (or is bypassed), and says plainly when a release has no bug;
  * - `locks` finds and decodes the lock keys of every line, and flags the abandoned ones.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { escapeKey } from '../../src/key-text.js';
+import type { Io } from '../../src/ops/command.js';
 import { run as locks } from '../../src/ops/locks.js';
-import { run as verify, type Io } from '../../src/ops/verify.js';
+import { run as verify } from '../../src/ops/verify.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
-import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
+import { freePort } from '../support/redis.js';
 import { RawClient } from '../support/resp.js';
 import { counterOf, lockAttempt } from '../support/stalwart.js';
 import { RELEASE_LINES } from '../support/stalwart-releases.js';
 
-let redis: RedisServer;
-let proxy: TestProxy;
+const env = redisAndProxy();
 /** The proxy with Stalwart 0.16's rules only. */
 let proxy016: TestProxy;
-let admin: RawClient;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  [proxy, proxy016] = await Promise.all([startTestProxy({ upstream: redis.url }), startTestProxy({ upstream: redis.url, stalwart: '0.16.3' })]);
-  admin = await RawClient.connect(redis.port);
+  proxy016 = await startTestProxy({ upstream: env.redis.url, stalwart: '0.16.3' });
 });
 
 afterAll(async () => {
-  await admin?.close();
-  await Promise.all([proxy?.close(), proxy016?.close()]);
-  await redis?.stop();
-});
-
-beforeEach(async () => {
-  expect(await admin.call('FLUSHALL')).toBe('+OK\r\n');
+  await proxy016?.close();
 });
 
 async function runOp(op: (argv: string[], io: Io) => Promise<number>, argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -45,32 +37,32 @@ async function runOp(op: (argv: string[], io: Io) => Promise<number>, argv: stri
 }
 
 async function dbsize(): Promise<number> {
-  return Number(/^:(\d+)/.exec(await admin.call('DBSIZE'))?.[1]);
+  return Number(/^:(\d+)/.exec(await env.admin.call('DBSIZE'))?.[1]);
 }
 
 describe('verify --stalwart VERSION', () => {
   it.each(RELEASE_LINES)('proves the fix for Stalwart $last on its key shapes, touching nothing for good', async (line) => {
     const migration = Buffer.concat([Buffer.from([0x18]), Buffer.from('migrate_core_lock')]);
     const hasMigration = line.locks.some((kind) => kind.rule === 'stalwart-migration-core-lock');
-    if (hasMigration) expect(await admin.call('SET', migration, '1', 'EX', '300')).toBe('+OK\r\n');
+    if (hasMigration) expect(await env.admin.call('SET', migration, '1', 'EX', '300')).toBe('+OK\r\n');
     const before = await dbsize();
-    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--stalwart', line.last]);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`, '--stalwart', line.last]);
     expect(result.stderr).toBe('');
     expect(result.code).toBe(0);
     const range = line.first === line.last ? `Stalwart ${line.first}` : `Stalwart ${line.first} - ${line.last}`;
     const kinds = [...new Set(line.locks.map((kind) => kind.rule))].filter((rule) => rule !== 'stalwart-migration-core-lock');
     expect(result.stdout).toBe(
-      `verify: OK: ${kinds.length} rule(s) enforce the fix through 127.0.0.1:${proxy.port} for ${range} (${kinds.join(', ')})` +
+      `verify: OK: ${kinds.length} rule(s) enforce the fix through 127.0.0.1:${env.proxy.port} for ${range} (${kinds.join(', ')})` +
         (hasMigration ? '; fixed key, not touched: stalwart-migration-core-lock' : '') +
         '\n',
     );
     expect(await dbsize()).toBe(before);
     // The live migration lock is exactly as it was.
-    if (hasMigration) expect(await admin.call('GET', migration)).toBe('$1\r\n1\r\n');
+    if (hasMigration) expect(await env.admin.call('GET', migration)).toBe('$1\r\n1\r\n');
   });
 
   it('builds each kind’s real key shape, with values no real lock has', async () => {
-    const result = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--stalwart', '0.15.5', '--verbose']);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`, '--stalwart', '0.15.5', '--verbose']);
     expect(result.code).toBe(0);
     const keyOf = (rule: string) => /scratch key (\S+)$/.exec(result.stdout.split('\n').find((l) => l.includes(`rule ${rule}: scratch key`)) ?? '')?.[1];
     expect(keyOf('stalwart-purge-account')).toMatch(/^\\x14(\\x[89a-f][0-9a-f]|[ -~])([ -~]|\\x[0-9a-f]{2}){3}$/);
@@ -81,7 +73,7 @@ describe('verify --stalwart VERSION', () => {
   });
 
   it('fails directly against Redis, and through a proxy whose rules are for another release', async () => {
-    const direct = await runOp(verify, ['--via', `127.0.0.1:${redis.port}`, '--stalwart', '0.15.3']);
+    const direct = await runOp(verify, ['--via', `127.0.0.1:${env.redis.port}`, '--stalwart', '0.15.3']);
     expect(direct.code).toBe(1);
     expect(direct.stderr).toMatch(/^verify: FAILED: rule stalwart-purge-account: second attempt re-armed the expiry/);
     const other = await runOp(verify, ['--via', `127.0.0.1:${proxy016.port}`, '--stalwart', '0.13.2']);
@@ -115,7 +107,7 @@ describe('locks, every release line', () => {
   const EXAMPLES = [...new Map(RELEASE_LINES.flatMap((line) => line.locks.map((kind) => [kind.example.key.toString('hex'), kind] as const))).values()];
 
   async function take(key: Buffer, seconds: number): Promise<number> {
-    const client = await RawClient.connect(proxy.port);
+    const client = await RawClient.connect(env.proxy.port);
     try {
       client.write(lockAttempt(key, seconds));
       return counterOf(await client.readReplies(4));
@@ -128,7 +120,7 @@ describe('locks, every release line', () => {
     for (const kind of EXAMPLES) expect(await take(kind.example.key, kind.expiry)).toBe(1);
     const tried = EXAMPLES.find((kind) => kind.rule === 'stalwart-migration-core-lock');
     expect(await take(tried!.example.key, tried!.expiry)).toBe(2); // a waiter tried while it was held
-    const result = await runOp(locks, ['--upstream', redis.url, '--json']);
+    const result = await runOp(locks, ['--upstream', env.redis.url, '--json']);
     expect(result.code).toBe(0);
     const rows = result.stdout.trim().split('\n').map((line) => JSON.parse(line) as { key: string; rule: string; what: string; flags: string[] });
     expect(rows).toHaveLength(EXAMPLES.length);
@@ -141,11 +133,11 @@ describe('locks, every release line', () => {
 
   it('--stalwart narrows it to one release’s lock kinds', async () => {
     for (const kind of EXAMPLES) expect(await take(kind.example.key, kind.expiry)).toBe(1);
-    const result = await runOp(locks, ['--upstream', redis.url, '--json', '--stalwart', '0.16.9']);
+    const result = await runOp(locks, ['--upstream', env.redis.url, '--json', '--stalwart', '0.16.9']);
     expect(result.code).toBe(0);
     const whats = result.stdout.trim().split('\n').map((line) => (JSON.parse(line) as { what: string }).what).sort();
     expect(whats).toEqual(['queue message 42 in queue "local"', 'task 1234']);
-    const fixed = await runOp(locks, ['--upstream', redis.url, '--stalwart', '0.16.16']);
+    const fixed = await runOp(locks, ['--upstream', env.redis.url, '--stalwart', '0.16.16']);
     expect(fixed.code).toBe(2);
     expect(fixed.stderr).toMatch(/Stalwart 0\.16\.16 is not affected/);
   });

@@ -8,10 +8,9 @@
  *
  * Both runs go at the same time, on different keys of the same Redis.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startRedis, type RedisServer } from '../support/redis.js';
+import { expect, it } from 'vitest';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { cmd, RawClient } from '../support/resp.js';
-import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { counterOf, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
 const LEASE_SECONDS = 2;
@@ -19,18 +18,7 @@ const RETRY_MS = 150;
 const OBSERVE_MS = 4000;
 const CONTENDERS = 3;
 
-let redis: RedisServer;
-let proxy: TestProxy;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  proxy = await startTestProxy({ upstream: redis.url });
-});
-
-afterAll(async () => {
-  await proxy?.close();
-  await redis?.stop();
-});
+const env = redisAndProxy();
 
 interface Outcome {
   /** Milliseconds after the owner took the lock when a contender got counter 1, if ever. */
@@ -60,7 +48,8 @@ async function playIncident(port: number, key: Buffer): Promise<Outcome> {
   await Promise.all(contenders.map((client, i) => retry(client, (i * RETRY_MS) / CONTENDERS)));
   await Promise.all(contenders.map((client) => client.close()));
 
-  const admin = await RawClient.connect(redis.port);
+  // Not env.admin: both runs read at the same time, and a RawClient takes one read at a time.
+  const admin = await RawClient.connect(env.redis.port);
   admin.write(Buffer.concat([cmd('GET', key), cmd('PTTL', key)]));
   const [, counter, pttl] = /^\$\d+\r\n(-?\d+)\r\n:(-?\d+)\r\n$/.exec((await admin.readReplies(2)).toString('latin1')) ?? [];
   await admin.close();
@@ -69,8 +58,8 @@ async function playIncident(port: number, key: Buffer): Promise<Outcome> {
 
 it('an abandoned lock never expires directly against Redis, and expires on time through the proxy', async () => {
   const [direct, proxied] = await Promise.all([
-    playIncident(redis.port, taskLockKey(1n)),
-    playIncident(proxy.port, taskLockKey(2n)),
+    playIncident(env.redis.port, taskLockKey(1n)),
+    playIncident(env.proxy.port, taskLockKey(2n)),
   ]);
 
   // The bug: after twice the lease, nobody got the lock and it is still alive, re-armed by the losers.

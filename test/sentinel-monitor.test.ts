@@ -1,6 +1,8 @@
 /**
- * SentinelMonitor against real sentinels (redis-server --sentinel): finding
- * the master, failing clearly when it cannot, and following a failover.
+ * SentinelMonitor (src/upstream/sentinel.ts) against real sentinels
+ * (redis-server --sentinel): finding the master, failing clearly when it
+ * cannot, and following a failover. (The built proxy behind Sentinel:
+ * e2e/sentinel-proxy.test.ts.)
  */
 import net from 'node:net';
 import { pino } from 'pino';

@@ -1,34 +1,27 @@
 /**
- * Running it in production: TLS on both sides, observe mode, rule reload,
- * graceful shutdown, connection and request limits, idle timeout, and
- * backpressure, each against real redis-server processes.
+ * The in-process proxy as production runs it, each against real
+ * redis-server processes: TLS on both sides, observe mode for the whole
+ * proxy, rule reload, graceful shutdown, the connection limit and the idle
+ * timeout, closing after the last reply, and backpressure. (The built
+ * command line's signals and reloads: cli-admin-signals-reload.test.ts.)
  */
 import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestProxy, TEST_RULES } from '../support/proxy.js';
+import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, RawClient } from '../support/resp.js';
-import { startTestProxy, TEST_RULES } from '../support/proxy.js';
 import { attemptReplies, lockAttempt } from '../support/stalwart.js';
 import { makeCertificates, redisTlsArgs, type TestCertificates } from '../support/tls.js';
 
-let redis: RedisServer;
-let admin: RawClient;
+/** Each test starts the proxy it needs, in front of this Redis. */
+const env = redisWithAdmin();
 
-beforeAll(async () => {
-  redis = await startRedis();
-  admin = await RawClient.connect(redis.port);
-});
+const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
 
-afterAll(async () => {
-  await admin?.close();
-  await redis?.stop();
-});
-
-const adminCall = (...args: (string | Buffer)[]): Promise<string> => admin.call(...args);
-
-const pttl = (key: Buffer | string): Promise<number> => admin.pttl(key);
+const pttl = (key: Buffer | string): Promise<number> => env.admin.pttl(key);
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -121,7 +114,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('TLS', () => {
 
   it('serves clients over TLS, and can require their certificates', async () => {
     const listenerTls = { cert: certs.read(certs.serverCert), key: certs.read(certs.serverKey), clientCa: certs.read(certs.caCert) };
-    const proxy = await startTestProxy({ upstream: redis.url, listenerTls });
+    const proxy = await startTestProxy({ upstream: env.redis.url, listenerTls });
     try {
       const options = { host: '127.0.0.1', port: proxy.port, ca: certs.read(certs.caCert) };
       const good = tls.connect({ ...options, cert: certs.read(certs.clientCert), key: certs.read(certs.clientKey) });
@@ -143,7 +136,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('TLS', () => {
 
 describe('observe mode for the whole proxy', () => {
   it('counts and logs what would be rewritten, and forwards it unchanged', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url, mode: 'observe' });
+    const proxy = await startTestProxy({ upstream: env.redis.url, mode: 'observe' });
     try {
       await adminCall('SET', 'lock:obs', '1', 'EX', '5');
       const client = await RawClient.connect(proxy.port);
@@ -162,7 +155,7 @@ describe('observe mode for the whole proxy', () => {
 
 describe('rule reload', () => {
   it('applies new rules to new blocks on open connections, and keeps the old ones when the new file is invalid', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url });
+    const proxy = await startTestProxy({ upstream: env.redis.url });
     try {
       const client = await RawClient.connect(proxy.port);
       await adminCall('SET', 'lock:r', '1', 'EX', '5');
@@ -190,7 +183,7 @@ describe('rule reload', () => {
 
 describe('graceful shutdown', () => {
   it('closes idle connections at once, lets a pending reply arrive, then closes', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url });
+    const proxy = await startTestProxy({ upstream: env.redis.url });
     const idle = await RawClient.connect(proxy.port);
     const blocked = await RawClient.connect(proxy.port);
     idle.write(cmd('PING'));
@@ -209,7 +202,7 @@ describe('graceful shutdown', () => {
   });
 
   it('closes connections still busy at the deadline', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url });
+    const proxy = await startTestProxy({ upstream: env.redis.url });
     const blocked = await RawClient.connect(proxy.port);
     blocked.write(cmd('BLPOP', 'shutdown:never', '0'));
     await sleep(50);
@@ -223,7 +216,7 @@ describe('graceful shutdown', () => {
 
 describe('limits', () => {
   it('refuses connections over max-connections with Redis’s own error', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url, maxConnections: 2 });
+    const proxy = await startTestProxy({ upstream: env.redis.url, maxConnections: 2 });
     try {
       const a = await RawClient.connect(proxy.port);
       const b = await RawClient.connect(proxy.port);
@@ -241,7 +234,7 @@ describe('limits', () => {
   });
 
   it('closes idle connections after idle-timeout-ms, but not one waiting on a blocking command', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url, idleTimeoutMs: 200 });
+    const proxy = await startTestProxy({ upstream: env.redis.url, idleTimeoutMs: 200 });
     try {
       const idle = await RawClient.connect(proxy.port);
       const blocked = await RawClient.connect(proxy.port);
@@ -259,7 +252,7 @@ describe('limits', () => {
 
 describe('closing after the last reply', () => {
   it('delivers a large reply before QUIT in full to a client that reads late, then closes', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url });
+    const proxy = await startTestProxy({ upstream: env.redis.url });
     try {
       const value = Buffer.alloc(8 * 1024 * 1024, 'q');
       await adminCall('SET', 'quit:big', value);
@@ -286,7 +279,7 @@ describe('closing after the last reply', () => {
 
 describe('backpressure', () => {
   it('pauses the upstream while a client does not read a large reply, and loses nothing', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url });
+    const proxy = await startTestProxy({ upstream: env.redis.url });
     try {
       const value = Buffer.alloc(32 * 1024 * 1024, 'v');
       await adminCall('SET', 'bp:big', value);

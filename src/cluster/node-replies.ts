@@ -1,0 +1,117 @@
+/**
+ * In front of a Redis Cluster (--cluster), for one client connection: the replies that name nodes are rewritten to name
+ * the proxy's listeners instead. The session hands this the frames it forwards (to find
+ * CLUSTER SLOTS/SHARDS/NODES/REPLICAS, also queued in a transaction) and the reply stream its
+ * -MOVED/-ASK lines; a standalone session has none of this.
+ */
+import type net from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { Cmd } from '../resp/commands.js';
+import type { RequestScanner } from '../resp/request-scanner.js';
+import { redirectedBlockReplies } from '../lock/block-replies.js';
+import type { BlockRedirects } from '../lock/block-flow.js';
+import type { TransactionState } from '../session/transaction-state.js';
+import type { Stats } from '../stats.js';
+import {
+  rewriteExecReply,
+  rewriteRedirect,
+  rewriteTopologyReply,
+  topologyReplyOf,
+  type Announce,
+  type NodeDirectory,
+  type QueuedTopology,
+  type TopologyReply,
+} from './rewrite.js';
+
+/** What --cluster gives each session. */
+export interface ClusterReplies {
+  readonly nodes: NodeDirectory;
+  /** Host written into replies; null: the address the client connected to. */
+  readonly announceHost: string | null;
+}
+
+/** Errors of Redis Cluster's key check: Redis gives INCR[BY] and [P]EXPIRE on the same key the same one. */
+const CLUSTER_REDIRECT = /^-(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/;
+
+export class NodeReplies implements BlockRedirects {
+  /** CLUSTER topology commands queued in the open transaction: their replies come in EXEC's array. */
+  private queuedTopology: QueuedTopology[] = [];
+  private announceCache: Announce | undefined;
+
+  constructor(
+    private readonly cluster: ClusterReplies,
+    private readonly client: net.Socket,
+    /** The node this connection goes to, `host:port` (`[v6]:port`). */
+    private readonly upstreamAddress: string,
+    private readonly upstreamTls: boolean,
+    private readonly stats: Stats,
+  ) {}
+
+  /** A -MOVED/-ASK line rewritten to name a listener; null when the line is another error. */
+  readonly rewriteRedirect = (line: Buffer): Buffer | null => {
+    const rewritten = rewriteRedirect(line, this.cluster.nodes, this.announce());
+    if (rewritten !== null) this.stats.redirectsRewritten++;
+    return rewritten;
+  };
+
+  /**
+   * The frame whose head `scanner` holds is being forwarded (`tx` has taken it): the rewrite of
+   * its reply when that names nodes, or undefined when the reply goes to the client as it is.
+   */
+  replyRewrite(scanner: RequestScanner, tx: TransactionState): ((reply: Buffer) => Buffer) | undefined {
+    if (tx.opened) this.queuedTopology = [];
+    if (scanner.cmd === Cmd.Cluster && scanner.argc >= 2) {
+      const kind = this.topologyKind(scanner);
+      if (kind === undefined) return undefined;
+      if (tx.queuedIndex >= 0) {
+        this.queuedTopology.push({ index: tx.queuedIndex, kind });
+        return undefined;
+      }
+      return (reply) => this.counted(reply, rewriteTopologyReply(kind, reply, this.cluster.nodes, this.announce()));
+    }
+    if (!tx.closed) return undefined;
+    const entries = this.queuedTopology;
+    this.queuedTopology = [];
+    if (scanner.cmd !== Cmd.Exec || entries.length === 0) return undefined;
+    return (reply) => this.counted(reply, rewriteExecReply(entries, reply, this.cluster.nodes, this.announce()));
+  }
+
+  isRedirect(message: string): boolean {
+    return CLUSTER_REDIRECT.test(message);
+  }
+
+  redirectedBlock(reply: Buffer): Buffer {
+    return redirectedBlockReplies(this.rewriteRedirect(reply) ?? reply);
+  }
+
+  private counted(reply: Buffer, rewritten: Buffer): Buffer {
+    if (rewritten !== reply) this.stats.topologyRepliesRewritten++;
+    return rewritten;
+  }
+
+  /**
+   * For CLUSTER SLOTS, SHARDS, NODES and REPLICAS, which reply carries node addresses; null for
+   * an inline CLUSTER, whose subcommand is not captured (its reply's shape tells); undefined for
+   * other subcommands.
+   */
+  private topologyKind(scanner: RequestScanner): TopologyReply | null | undefined {
+    if (scanner.inline) return null;
+    return topologyReplyOf(scanner.key.toString('latin1', 0, scanner.keyLength)) ?? undefined;
+  }
+
+  /** Where this connection's replies point clients: the announce host, or the address the client connected to. */
+  private announce(): Announce {
+    if (this.announceCache === undefined) {
+      const local = (this.client.localAddress ?? '127.0.0.1').replace(/^::ffff:(?=\d+\.)/, '');
+      const upstream = this.upstreamAddress;
+      const upstreamHost = upstream.startsWith('[') ? upstream.slice(1, upstream.indexOf(']')) : upstream.slice(0, upstream.lastIndexOf(':'));
+      this.announceCache = {
+        host: this.cluster.announceHost ?? local,
+        upstreamHost,
+        tls: this.upstreamTls,
+        listenerTls: (this.client as Partial<TLSSocket>).encrypted === true,
+      };
+    }
+    return this.announceCache;
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * What the operator commands (`verify`, `locks`) share: the I/O they get from the CLI, the
+ * parsing of their options, and the wording of their errors.
+ */
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { UsageError } from '../errors.js';
+
+/** What a subcommand gets from the CLI dispatcher. */
+export interface Io {
+  stdout: (text: string) => void;
+  stderr: (text: string) => void;
+  env: NodeJS.ProcessEnv;
+}
+
+/** Bad options or rule files: says why, as `redis-lock-proxy <command>: ...`, and gives exit code 2. */
+export function usageFailed(io: Io, command: 'verify' | 'locks', error: unknown): number {
+  io.stderr(`redis-lock-proxy ${command}: ${(error as Error).message}\n`);
+  return 2;
+}
+
+/** parseArgs, with its complaints as UsageErrors that point to --help. */
+export function parseCommandLine<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
+  try {
+    return parseArgs(config);
+  } catch (error) {
+    throw new UsageError(`${(error as Error).message} (see --help)`, { cause: error });
+  }
+}
+
+/** A count or a time in ms given as an option: an integer from 1 to 9999999. */
+export function positiveInteger(option: string, text: string): number {
+  if (!/^\d{1,7}$/.test(text) || Number(text) < 1) {
+    throw new UsageError(`${option} must be an integer from 1 to 9999999, got "${text}"`);
+  }
+  return Number(text);
+}
+
+/** An environment variable's value; an empty one counts as not set. */
+export function nonEmpty(text: string | undefined): string | undefined {
+  return text === undefined || text === '' ? undefined : text;
+}
+
+export function describeError(error: unknown): string {
+  if (error instanceof AggregateError && error.errors.length > 0) {
+    return error.errors.map((e) => describeError(e)).join('; ');
+  }
+  if (error instanceof Error) return error.message;
+  return String(error);
+}
+
+/** An error reply from the server (as opposed to a connection problem). */
+export function isReplyError(error: unknown): boolean {
+  return error instanceof Error && error.name === 'ReplyError';
+}
+
+/**
+ * The connection's own error, when it says better than the failed command why the command
+ * failed: a dropped connection fails commands with "Stream isn't writeable" (the cause, say a
+ * protocol error from something that is not Redis, is in the client's error event), and a
+ * refused AUTH (WRONGPASS) comes as an error event while the commands then say only NOAUTH.
+ * Undefined when the command's error is the one to report.
+ */
+export function connectionFault(commandError: unknown, lastError: Error | undefined): Error | undefined {
+  if (lastError === undefined) return undefined;
+  return !isReplyError(commandError) || isReplyError(lastError) ? lastError : undefined;
+}

@@ -1,0 +1,28 @@
+/**
+ * What every session of a listener shares: the upstream, the rules in force, the settings that
+ * shape a connection's behaviour, the logger and the counters.
+ */
+import type { ClusterReplies } from '../cluster/node-replies.js';
+import type { Logger } from '../log.js';
+import type { RuleSet } from '../rules/types.js';
+import type { Stats } from '../stats.js';
+import type { UpstreamConnector } from '../upstream/connect.js';
+
+export interface ProxyContext {
+  readonly upstream: UpstreamConnector;
+  /** The rules in force; read for every new block, so a reload applies to open connections. */
+  rules(): RuleSet;
+  /** 'observe' makes every rule observe-only. */
+  readonly mode: 'enforce' | 'observe';
+  /** How long a held MULTI waits for the rest of its block after the client's last byte. */
+  readonly holdMs: number;
+  readonly connectTimeoutMs: number;
+  /** Close a client connection idle this long (0: never). */
+  readonly idleTimeoutMs: number;
+  /** Forward what follows a lock block without waiting for its script, once the script has worked on the connection. */
+  readonly lockPipelining: boolean;
+  /** Set with --cluster. */
+  readonly cluster?: ClusterReplies | null;
+  readonly log: Logger;
+  readonly stats: Stats;
+}

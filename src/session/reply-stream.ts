@@ -1,0 +1,175 @@
+/**
+ * The server-to-client side of one connection: replies are counted (not decoded) against what
+ * was forwarded, so that the replies to the proxy's own commands (the lock script, AUTH/SELECT
+ * at connect, a cluster reply to rewrite) are found and taken aside, in order, and everything
+ * else goes to the client untouched.
+ *
+ * Replies expected for forwarded frames come first (`outstanding`); then each of the proxy's
+ * own replies (a capture), each followed by the replies of frames forwarded after it. When the
+ * count is lost (more replies than requests, a stream that is not RESP), the connection stops
+ * being interpreted, unless a reply of the proxy's own is due: then its state is unknown, and
+ * the session closes rather than fake it.
+ */
+import { RedirectLines } from '../cluster/redirect-lines.js';
+import { ReplyScanner } from '../resp/reply-scanner.js';
+
+/** What the reply side needs of its session. */
+export interface ReplyStreamPort {
+  /** Sends bytes to the client, in order. */
+  writeClient(bytes: Buffer): void;
+  /** The client side is gone: nothing more to scan for it. */
+  readonly clientGone: boolean;
+  /** Replies no longer follow requests, and no reply of the proxy's own is due: interpreting stops. */
+  untracked(reason: string, expected: boolean): void;
+  /** A reply of the proxy's own is due but cannot be found. */
+  lost(reason: string): void;
+}
+
+/** The reply to a command the proxy sent itself, and how many forwarded replies follow it. */
+interface Capture {
+  readonly handle: (reply: Buffer) => void;
+  /** Replies of frames forwarded after the proxy's command. */
+  after: number;
+}
+
+export class ReplyStream {
+  private readonly scanner = new ReplyScanner();
+  /** Replies still expected for forwarded frames, before any capture. */
+  private outstanding = 0;
+  /** The proxy's own replies, expected after `outstanding` others, in order. */
+  private captures: Capture[] = [];
+  private captureParts: Buffer[] = [];
+  /** Replies are no longer counted: bytes go to the client as they come. */
+  private passing = false;
+  /** Stop counting once the proxy's own replies due now are in (the connection became a pipe). */
+  private passWhenDone = false;
+  /** In front of a cluster: -MOVED/-ASK lines are rewritten, even once replies are no longer counted. */
+  private readonly redirects: RedirectLines | null;
+  private redirectScan: boolean;
+
+  /** `rewriteRedirect`: with --cluster, the rewriting of a -MOVED/-ASK line (null when it is none); null standalone. */
+  constructor(
+    private readonly port: ReplyStreamPort,
+    rewriteRedirect: ((line: Buffer) => Buffer | null) | null,
+  ) {
+    this.redirectScan = rewriteRedirect !== null;
+    this.scanner.trackErrors = rewriteRedirect !== null;
+    this.redirects = rewriteRedirect === null ? null : new RedirectLines(this.scanner, (bytes) => port.writeClient(bytes), rewriteRedirect);
+  }
+
+  /** Whether chunks can go to the client without being looked at. */
+  get passingThrough(): boolean {
+    return this.passing && !this.redirectScan;
+  }
+
+  /** Whether any reply is still due: for a forwarded frame, or of the proxy's own. */
+  get pending(): boolean {
+    return this.outstanding > 0 || this.captures.length > 0;
+  }
+
+  /** Whether a reply of the proxy's own is still due. */
+  get capturing(): boolean {
+    return this.captures.length > 0;
+  }
+
+  /** `count` replies come for frames just forwarded: after the last of the proxy's own in flight, if any. */
+  expect(count: number): void {
+    if (this.captures.length === 0) this.outstanding += count;
+    else this.captures[this.captures.length - 1].after += count;
+  }
+
+  /** The reply to the command just sent is the proxy's own: it goes to `handle`, not to the client. */
+  capture(handle: (reply: Buffer) => void): void {
+    this.captures.push({ handle, after: 0 });
+    this.passing = false;
+  }
+
+  /** The proxy's own replies still due will never be used (the connection is being closed). */
+  dropCaptures(): void {
+    this.captures = [];
+  }
+
+  /** Replies stop being counted: at once, or after the proxy's own replies still due. */
+  stopCounting(): void {
+    this.passWhenDone = true;
+    if (this.captures.length === 0) this.passing = true;
+  }
+
+  /** Redis closed: a redirect line held across reads goes to the client as it is. */
+  flush(): void {
+    this.redirects?.flush();
+  }
+
+  /** One chunk from Redis. */
+  process(chunk: Buffer): void {
+    const scanner = this.scanner;
+    scanner.newChunk();
+    let pos = 0;
+    /** Start of the bytes of this chunk not yet forwarded or captured. */
+    let from = 0;
+    while (pos < chunk.length && !this.port.clientGone) {
+      if (this.passing) {
+        // Replies are no longer counted; in front of a cluster, redirects still name nodes.
+        if (!this.redirectScan) break;
+        pos = scanner.scan(chunk, pos, Number.MAX_SAFE_INTEGER);
+        if (scanner.error !== '') {
+          this.redirectScan = false;
+          break;
+        }
+        if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
+        continue;
+      }
+      if (this.captures.length === 0 || this.outstanding > 0) {
+        const limit = this.captures.length === 0 ? Number.MAX_SAFE_INTEGER : this.outstanding;
+        pos = scanner.scan(chunk, pos, limit);
+        if (scanner.error !== '') return this.desync(chunk, from, scanner.error);
+        this.outstanding -= scanner.replies;
+        if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
+        if (this.outstanding < 0) this.unexpectedReplies(chunk, from);
+        continue;
+      }
+      // The next reply that is not a push answers the proxy's own command (or is one it rewrites).
+      const frameBegin = scanner.atFrameBoundary ? pos : from;
+      pos = scanner.scan(chunk, pos, 1, true);
+      if (scanner.error !== '') return this.desync(chunk, from, scanner.error);
+      if (scanner.isPush) continue;
+      this.port.writeClient(chunk.subarray(from, frameBegin));
+      this.captureParts.push(chunk.subarray(frameBegin, pos));
+      from = pos;
+      if (scanner.atFrameBoundary) this.captured();
+    }
+    if (from >= chunk.length) return;
+    if (scanner.inErrorLine && this.redirects?.holdAtChunkEnd(chunk, from)) return;
+    this.port.writeClient(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /** A whole reply of the proxy's own is in: to its handler. */
+  private captured(): void {
+    const reply = this.captureParts.length === 1 ? this.captureParts[0] : Buffer.concat(this.captureParts);
+    this.captureParts = [];
+    const capture = this.captures.shift() as Capture;
+    this.outstanding += capture.after;
+    capture.handle(reply);
+    if (this.passWhenDone && this.captures.length === 0) this.passing = true;
+  }
+
+  /** More replies than requests: something the proxy did not account for. */
+  private unexpectedReplies(chunk: Buffer, from: number): void {
+    this.outstanding = 0;
+    if (this.captures.length > 0) {
+      this.desync(chunk, from, 'more replies than requests');
+      return;
+    }
+    this.port.untracked('more replies than requests', true);
+  }
+
+  private desync(chunk: Buffer, from: number, reason: string): void {
+    this.redirectScan = false;
+    if (this.captures.length > 0) {
+      this.port.lost(reason);
+      return;
+    }
+    this.port.writeClient(chunk.subarray(from));
+    this.port.untracked(reason, false);
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * A connection's transaction state as Redis holds it (MULTI, WATCH, the ASKING flag, the user),
+ * followed from the frames the client sends: a scanned frame in, what it means out. No sockets,
+ * so every rule here is tested on its own (test/transaction-state.test.ts).
+ *
+ * Redis refuses a command with the wrong number of arguments before running it, so the state
+ * changes only on the exact arities: `MULTI x` opens no transaction, `WATCH` without a key
+ * watches nothing, `UNWATCH x` and `RESET x` change nothing (server.c processCommand checks
+ * arity before MULTI queueing and before the command runs).
+ */
+import { Cmd, equalsIgnoreCase } from '../resp/commands.js';
+import type { RequestScanner } from '../resp/request-scanner.js';
+
+/** What a forwarded frame means for the replies that come back. */
+export const enum FrameMeaning {
+  /** No reply comes: an empty frame (a blank line, `*0`). */
+  NoReply,
+  /** One reply comes. */
+  Reply,
+  /**
+   * Replies can no longer be counted (SUBSCRIBE and the rest of its family, MONITOR, CLIENT REPLY,
+   * replication, an inline command with quoting the proxy does not interpret): the connection
+   * is a plain pipe from here on.
+   */
+  Untrackable,
+}
+
+const REPLY = Buffer.from('reply');
+
+export class TransactionState {
+  /** Inside MULTI: commands are queued until EXEC or DISCARD. */
+  inMulti = false;
+  /** Commands queued in the open transaction. */
+  queued = 0;
+  /** A WATCH is active: a block now may be aborted by EXEC, so it is never rewritten. */
+  watching = false;
+  /** The last command forwarded was ASKING, which lasts one command. */
+  afterAsking = false;
+
+  // What the last frame did (valid until the next frame).
+  /** It opened a transaction. */
+  opened = false;
+  /** It ended the transaction: EXEC, DISCARD or RESET. */
+  closed = false;
+  /** It was queued in the transaction, as number `queuedIndex` (0-based); -1 when it ran at once. */
+  queuedIndex = -1;
+  /** It may have changed the connection's user (AUTH, HELLO, RESET): scripts must prove themselves again. */
+  userChanged = false;
+
+  /** Whether a MULTI sent now could start a lock block: not inside a transaction, no WATCH. */
+  get canStartBlock(): boolean {
+    return !this.inMulti && !this.watching;
+  }
+
+  /** The frame whose head `scanner` holds goes upstream as the client sent it. */
+  frame(scanner: RequestScanner): FrameMeaning {
+    this.opened = false;
+    this.closed = false;
+    this.queuedIndex = -1;
+    this.userChanged = false;
+    const cmd = scanner.cmd;
+    if (cmd === Cmd.Empty) return FrameMeaning.NoReply;
+    if (scanner.inlineOpaque || cmd === Cmd.Uncountable || isClientReply(scanner)) return FrameMeaning.Untrackable;
+    const argc = scanner.argc;
+    const queued = this.inMulti && queuedInMulti(cmd);
+    switch (cmd) {
+      case Cmd.Multi:
+        if (argc === 1 && !this.inMulti) this.open();
+        break;
+      case Cmd.Exec:
+      case Cmd.Discard:
+        if (argc === 1 && this.inMulti) this.close();
+        break;
+      case Cmd.Watch:
+        if (argc >= 2 && !this.inMulti) this.watching = true;
+        break;
+      case Cmd.Unwatch:
+        if (argc === 1 && !this.inMulti) this.watching = false;
+        break;
+      case Cmd.Reset:
+        if (argc === 1) {
+          this.close();
+          this.userChanged = true;
+        }
+        break;
+      case Cmd.Auth:
+        this.userChanged = true; // another user may not be allowed to run scripts
+        break;
+    }
+    if (queued) this.queuedIndex = this.queued++;
+    this.afterAsking = cmd === Cmd.Asking;
+    return FrameMeaning.Reply;
+  }
+
+  /**
+   * A held lock block went upstream as the client sent it, its first `frames` frames (MULTI
+   * first); `complete` when its EXEC was among them. Redis is then inside the transaction with
+   * all but the MULTI queued, or, after the EXEC, out of it with nothing watched.
+   */
+  blockSent(frames: number, complete: boolean): void {
+    this.inMulti = !complete;
+    this.queued = complete ? 0 : frames - 1;
+    if (complete) this.watching = false;
+    this.afterAsking = false;
+  }
+
+  /** A lock block was answered by its script: Redis ran one command, no transaction. */
+  blockRewritten(): void {
+    this.afterAsking = false;
+  }
+
+  private open(): void {
+    this.inMulti = true;
+    this.queued = 0;
+    this.opened = true;
+  }
+
+  private close(): void {
+    this.inMulti = false;
+    this.watching = false; // EXEC, DISCARD and RESET unwatch everything
+    this.closed = true;
+  }
+}
+
+/** CLIENT REPLY changes how many replies come; an inline CLIENT's subcommand is not captured, so any could be it. */
+function isClientReply(scanner: RequestScanner): boolean {
+  if (scanner.cmd !== Cmd.Client) return false;
+  return scanner.inline || (scanner.argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY));
+}
+
+/** Whether Redis queues `cmd` inside MULTI (the transaction's own commands run at once). */
+function queuedInMulti(cmd: Cmd): boolean {
+  return cmd !== Cmd.Multi && cmd !== Cmd.Exec && cmd !== Cmd.Discard && cmd !== Cmd.Watch && cmd !== Cmd.Reset && cmd !== Cmd.Empty;
+}

@@ -1,0 +1,238 @@
+/**
+ * The proxy's settings as given, from four sources with this precedence: command-line flags,
+ * then REDIS_LOCK_PROXY_* environment variables, then a YAML config file (--config), then
+ * defaults. One table (OPTIONS) names every setting once and drives the flags, the variables,
+ * the file keys and the help, so that they can never drift apart. config.ts turns the merged
+ * settings into a Config.
+ */
+import fs from 'node:fs';
+import { parseArgs } from 'node:util';
+import { parse as parseYaml } from 'yaml';
+import { ConfigError } from './errors.js';
+
+type Kind = 'string' | 'integer' | 'boolean' | 'list';
+
+export interface OptionSpec {
+  readonly kind: Kind;
+  readonly default?: string | number | boolean;
+  readonly help: string;
+  readonly short?: string;
+  /** Masked by --print-config. */
+  readonly secret?: boolean;
+  /** Accepted, so that existing configurations keep working, but no longer used: why. */
+  readonly deprecated?: string;
+  readonly min?: number;
+  readonly max?: number;
+}
+
+/** Every setting: flag `--name`, variable `REDIS_LOCK_PROXY_NAME`, config file key `name`. */
+export const OPTIONS = {
+  listen: { kind: 'string', default: '127.0.0.1:6380', help: 'address clients connect to, HOST:PORT' },
+  upstream: {
+    kind: 'string',
+    default: 'redis://127.0.0.1:6379',
+    help: 'Redis URL: redis://, rediss:// (TLS) or unix://; with --cluster, seed node URLs, comma-separated',
+    secret: true,
+  },
+  rules: { kind: 'list', help: 'rule file or directory of *.yaml files; repeatable (default: the shipped rules/stalwart/, every affected Stalwart release)' },
+  stalwart: { kind: 'string', help: 'the Stalwart release the clients run, e.g. 0.15.3: load only the rule files for it (default: every affected release)' },
+  mode: { kind: 'string', default: 'enforce', help: 'enforce (rules decide) or observe (every rule only observes)' },
+  'hold-ms': { kind: 'integer', default: 10, min: 1, max: 60_000, help: 'how long an incomplete MULTI block waits for more bytes' },
+  'connect-timeout-ms': { kind: 'integer', default: 5000, min: 1, max: 600_000, help: 'upstream connect timeout' },
+  'admin-listen': { kind: 'string', default: '127.0.0.1:9180', help: 'admin HTTP address (/metrics, /healthz, /readyz), or "off"' },
+  'watch-rules': { kind: 'boolean', default: false, help: 'reload the rules when a rule file changes (SIGHUP always reloads)' },
+  'shutdown-timeout-ms': { kind: 'integer', default: 10_000, min: 0, max: 3_600_000, help: 'on SIGTERM/SIGINT, how long to wait for busy connections' },
+  'max-connections': { kind: 'integer', default: 10_000, min: 1, max: 1_000_000, help: 'client connections at once; more are refused as Redis does' },
+  'max-frame-bytes': {
+    kind: 'integer',
+    help: 'no longer used: requests stream to Redis, whose own limits apply',
+    deprecated:
+      'max-frame-bytes no longer applies: requests stream to Redis, whose own limits (proto-max-bulk-len, ' +
+      'client-query-buffer-limit) decide and answer; the proxy holds only lock blocks, a few KiB at most',
+  },
+  'lock-pipelining': { kind: 'boolean', default: false, help: 'forward what follows a lock block without waiting for its script, once the script has worked on the connection' },
+  'idle-timeout-ms': { kind: 'integer', default: 0, min: 0, max: 2_147_483_647, help: 'close client connections idle this long (0: never)' },
+  'upstream-ca': { kind: 'string', help: 'CA certificate file (PEM) to verify a rediss:// upstream' },
+  'upstream-cert': { kind: 'string', help: 'client certificate file (PEM) for a rediss:// upstream' },
+  'upstream-key': { kind: 'string', help: 'client key file (PEM) for a rediss:// upstream' },
+  'upstream-servername': { kind: 'string', help: 'TLS server name (SNI) to send and verify (default: the URL host)' },
+  'upstream-insecure': { kind: 'boolean', default: false, help: 'do not verify the upstream certificate (logged as a warning)' },
+  'tls-cert': { kind: 'string', help: 'serve clients over TLS with this certificate file (PEM)' },
+  'tls-key': { kind: 'string', help: 'key file (PEM) for --tls-cert' },
+  'tls-client-ca': { kind: 'string', help: 'require client certificates signed by this CA (PEM)' },
+  sentinel: { kind: 'list', help: 'Sentinel addresses HOST:PORT (repeatable or comma-separated): find the master through them' },
+  'sentinel-master': { kind: 'string', help: 'master name the sentinels monitor' },
+  'sentinel-username': { kind: 'string', help: 'user name for the sentinels themselves' },
+  'sentinel-password': { kind: 'string', secret: true, help: 'password for the sentinels themselves' },
+  cluster: { kind: 'boolean', default: false, help: 'run in front of a Redis Cluster: a listener per node, node addresses in replies rewritten' },
+  'cluster-base-port': { kind: 'integer', default: 0, min: 0, max: 65535, help: 'first node listener port (0: the --listen port + 1)' },
+  'cluster-port-map': { kind: 'list', help: 'fixed node listener ports, NODEHOST:NODEPORT=PORT (repeatable or comma-separated)' },
+  'cluster-announce-host': { kind: 'string', help: 'host written into cluster replies (default: the address the client connected to)' },
+  'cluster-refresh-ms': { kind: 'integer', default: 10_000, min: 100, max: 3_600_000, help: 'how often the cluster topology is asked again' },
+  'log-level': { kind: 'string', default: 'info', help: 'fatal|error|warn|info|debug|trace|silent' },
+} as const satisfies Record<string, OptionSpec>;
+
+export type OptionName = keyof typeof OPTIONS;
+type RawValue = string | number | boolean | string[];
+/** Each setting's value as given (or its default), not yet checked. */
+export type RawSettings = Partial<Record<OptionName, RawValue>>;
+
+export function envName(option: string): string {
+  return `REDIS_LOCK_PROXY_${option.toUpperCase().replace(/-/g, '_')}`;
+}
+
+export const USAGE = `Usage: redis-lock-proxy [options]
+       redis-lock-proxy verify --via HOST:PORT      prove the fix through a running proxy
+       redis-lock-proxy locks --upstream URL        list (and release) lock keys
+
+A transparent Redis proxy that makes lock transactions
+(MULTI / INCR|INCRBY / EXPIRE|PEXPIRE / EXEC) on keys named by rules apply
+their expiry only when the lock is created.
+
+Options (flags win over REDIS_LOCK_PROXY_* variables, which win over --config):
+${(Object.entries(OPTIONS) as Array<[string, OptionSpec]>)
+  .map(([name, spec]) => {
+    const arg = spec.kind === 'boolean' ? '' : spec.kind === 'integer' ? ' N' : ' VALUE';
+    const def = spec.default !== undefined && spec.default !== false ? ` (default ${spec.default})` : '';
+    return `  --${name}${arg}\n      ${spec.help}${def} [${envName(name)}]`;
+  })
+  .join('\n')}
+  --config FILE
+      YAML file with any of the settings above as keys (rules and sentinel as lists)
+  --print-config
+      print the effective configuration (secrets masked) and exit
+  -h, --help        show this help
+  -v, --version     show the version
+`;
+
+/** The command line: every setting's flag, and --config, --print-config, --help, --version. */
+export function readFlags(argv: string[]): Record<string, unknown> {
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean; short?: string }> = {
+    config: { type: 'string' },
+    'print-config': { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
+    version: { type: 'boolean', short: 'v' },
+  };
+  for (const [name, spec] of Object.entries(OPTIONS) as Array<[string, OptionSpec]>) {
+    options[name] = spec.kind === 'boolean' ? { type: 'boolean' } : spec.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' };
+  }
+  try {
+    return parseArgs({ args: argv, strict: true, allowPositionals: false, options }).values;
+  } catch (err) {
+    throw new ConfigError(`${(err as Error).message} (see --help)`, { cause: err });
+  }
+}
+
+/** The settings from every source, merged: flags > env > file (--config, else REDIS_LOCK_PROXY_CONFIG) > defaults. */
+export function readSettings(flags: Record<string, unknown>, env: NodeJS.ProcessEnv): RawSettings {
+  const configFile = (flags.config as string | undefined) ?? env.REDIS_LOCK_PROXY_CONFIG;
+  return merge(flags, fromEnv(env), configFile ? fromFile(configFile) : {});
+}
+
+function fromEnv(env: NodeJS.ProcessEnv): RawSettings {
+  const settings: RawSettings = {};
+  for (const [name, spec] of Object.entries(OPTIONS) as Array<[OptionName, OptionSpec]>) {
+    const value = env[envName(name)];
+    if (value === undefined || value === '') continue;
+    if (spec.kind === 'list') {
+      const items = splitList(value);
+      if (items.length > 0) settings[name] = items; // an empty list means "not set": the default applies
+    } else {
+      settings[name] = value;
+    }
+  }
+  return settings;
+}
+
+/** `a, b,,c` → `['a', 'b', 'c']`. */
+export function splitList(value: string): string[] {
+  return value.split(',').map((part) => part.trim()).filter((part) => part !== '');
+}
+
+function fromFile(file: string): RawSettings {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`config file ${file}: cannot read: ${(err as Error).message}`, { cause: err });
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`config file ${file}: not valid YAML: ${(err as Error).message}`, { cause: err });
+  }
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`config file ${file}: must be a mapping of setting: value`);
+  const settings: RawSettings = {};
+  for (const [key, value] of Object.entries(doc as Record<string, unknown>)) {
+    if (!(key in OPTIONS)) {
+      throw new ConfigError(`config file ${file}: unknown setting "${key}" (settings are named like the flags, e.g. listen, upstream, hold-ms)`);
+    }
+    const spec: OptionSpec = OPTIONS[key as OptionName];
+    settings[key as OptionName] = fileValue(file, key, spec, value);
+  }
+  return settings;
+}
+
+function fileValue(file: string, key: string, spec: OptionSpec, value: unknown): RawValue {
+  const wrong = (expected: string): never => {
+    throw new ConfigError(`config file ${file}: setting "${key}" must be ${expected}, got ${JSON.stringify(value)}`);
+  };
+  switch (spec.kind) {
+    case 'list':
+      if (typeof value === 'string') return splitList(value);
+      if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) return wrong('a list of strings');
+      return value as string[];
+    case 'boolean':
+      return typeof value === 'boolean' ? value : wrong('true or false');
+    case 'integer':
+      return typeof value === 'number' || typeof value === 'string' ? value : wrong('an integer');
+    case 'string':
+      return typeof value === 'string' ? value : typeof value === 'number' ? String(value) : wrong('a string');
+  }
+}
+
+function merge(flags: Record<string, unknown>, env: RawSettings, file: RawSettings): RawSettings {
+  const merged: RawSettings = {};
+  for (const name of Object.keys(OPTIONS) as OptionName[]) {
+    const value = (flags[name] as RawValue | undefined) ?? env[name] ?? file[name] ?? (OPTIONS[name] as OptionSpec).default;
+    if (value !== undefined) merged[name] = value;
+  }
+  return merged;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One setting, checked against its kind
+// ---------------------------------------------------------------------------------------------
+
+export function integer(settings: RawSettings, name: OptionName): number {
+  const spec: OptionSpec = OPTIONS[name];
+  const raw = settings[name];
+  const text = String(raw);
+  const min = spec.min ?? 0;
+  const max = spec.max ?? Number.MAX_SAFE_INTEGER;
+  if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max) {
+    throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${text}"`);
+  }
+  return Number(text);
+}
+
+export function boolean(settings: RawSettings, name: OptionName): boolean {
+  const raw = settings[name];
+  if (typeof raw === 'boolean') return raw;
+  if (raw === 'true' || raw === '1' || raw === 'yes') return true;
+  if (raw === 'false' || raw === '0' || raw === 'no') return false;
+  throw new ConfigError(`${name} must be true or false, got "${String(raw)}"`);
+}
+
+export function text(settings: RawSettings, name: OptionName): string | undefined {
+  const raw = settings[name];
+  return raw === undefined ? undefined : String(raw);
+}
+
+export function list(settings: RawSettings, name: OptionName): string[] | undefined {
+  const raw = settings[name];
+  if (raw === undefined) return undefined;
+  return Array.isArray(raw) ? raw.flatMap(splitList) : splitList(String(raw));
+}

@@ -1,0 +1,109 @@
+/**
+ * ReplyStream, without sockets: the replies of forwarded frames go to the client untouched and
+ * in order, the proxy's own are taken aside exactly, however TCP splits them, and a stream the
+ * count cannot follow is handed back to the session (as a pipe, or a close when its own reply
+ * is due).
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { ReplyStream, type ReplyStreamPort } from '../src/session/reply-stream.js';
+import { splitAt } from './support/chunks.js';
+
+class FakePort implements ReplyStreamPort {
+  client = '';
+  clientGone = false;
+  events: string[] = [];
+  writeClient(bytes: Buffer): void {
+    this.client += bytes.toString('latin1');
+  }
+  untracked(reason: string, tooMany: boolean): void {
+    this.events.push(`untracked ${tooMany ? 'too many' : reason}`);
+  }
+  lost(reason: string): void {
+    this.events.push(`lost ${reason}`);
+  }
+}
+
+function feed(stream: ReplyStream, text: string, cuts: number[] = []): void {
+  for (const piece of splitAt(Buffer.from(text, 'latin1'), cuts)) stream.process(piece);
+}
+
+describe('ReplyStream', () => {
+  it('takes the proxy’s own reply aside after the replies expected before it, and counts those after it', () => {
+    const port = new FakePort();
+    const stream = new ReplyStream(port, null);
+    const own: string[] = [];
+    stream.expect(2);
+    stream.capture((reply) => own.push(reply.toString('latin1')));
+    stream.expect(1);
+    feed(stream, '+PONG\r\n$3\r\nabc\r\n*2\r\n:1\r\n:0\r\n:7\r\n');
+    expect(own).toEqual(['*2\r\n:1\r\n:0\r\n']);
+    expect(port.client).toBe('+PONG\r\n$3\r\nabc\r\n:7\r\n');
+    expect(stream.pending).toBe(false);
+  });
+
+  it('finds the same reply however the bytes are split, pushes left with the client', () => {
+    const text = '+A\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n*2\r\n$1\r\nx\r\n%1\r\n+a\r\n:1\r\n+B\r\n';
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 1, max: text.length - 1 }), { maxLength: 6 }), (cuts) => {
+        const port = new FakePort();
+        const stream = new ReplyStream(port, null);
+        const own: string[] = [];
+        stream.expect(1);
+        stream.capture((reply) => own.push(reply.toString('latin1')));
+        stream.expect(1);
+        feed(stream, text, [...new Set(cuts)].sort((a, b) => a - b));
+        expect(own).toEqual(['*2\r\n$1\r\nx\r\n%1\r\n+a\r\n:1\r\n']);
+        expect(port.client).toBe('+A\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n+B\r\n');
+      }),
+    );
+  });
+
+  it('stops counting at once, or after its own replies still due', () => {
+    const port = new FakePort();
+    const stream = new ReplyStream(port, null);
+    stream.capture(() => port.events.push('own'));
+    stream.stopCounting();
+    expect(stream.passingThrough).toBe(false);
+    feed(stream, '+OK\r\n');
+    expect([stream.passingThrough, port.events]).toEqual([true, ['own']]);
+  });
+
+  it('hands back a stream with more replies than requests, or one that is not RESP', () => {
+    const port = new FakePort();
+    const stream = new ReplyStream(port, null);
+    stream.expect(1);
+    feed(stream, '+OK\r\n+EXTRA\r\n');
+    expect(port.events).toEqual(['untracked too many']);
+    const broken = new FakePort();
+    new ReplyStream(broken, null).process(Buffer.from('?what\r\n'));
+    expect(broken.client).toBe('?what\r\n');
+    expect(broken.events).toEqual([expect.stringMatching(/^untracked /)]);
+  });
+
+  it('closes rather than guess when its own reply is due and the stream cannot be followed', () => {
+    const port = new FakePort();
+    const stream = new ReplyStream(port, null);
+    stream.capture(() => port.events.push('own'));
+    feed(stream, '?broken\r\n');
+    expect(port.events).toEqual([expect.stringMatching(/^lost /)]);
+  });
+
+  it('in cluster mode, rewrites -MOVED lines at any depth and across reads, even once it passes bytes through', () => {
+    const rewrite = (line: Buffer) => (line.toString().startsWith('-MOVED') ? Buffer.from(line.toString().replace(/\S+:\d+/, 'proxy:7001')) : null);
+    const text = '-MOVED 1 10.0.0.9:6379\r\n*2\r\n-MOVED 2 10.0.0.9:6380\r\n-ERR other\r\n';
+    for (let cut = 1; cut < text.length; cut++) {
+      const port = new FakePort();
+      const stream = new ReplyStream(port, rewrite);
+      stream.expect(2);
+      feed(stream, text, [cut]);
+      expect(port.client, String(cut)).toBe('-MOVED 1 proxy:7001\r\n*2\r\n-MOVED 2 proxy:7001\r\n-ERR other\r\n');
+    }
+    const port = new FakePort();
+    const stream = new ReplyStream(port, rewrite);
+    stream.stopCounting();
+    expect(stream.passingThrough).toBe(false); // redirects still name nodes
+    feed(stream, '-MOVED 3 10.0.0.9:6379\r\n');
+    expect(port.client).toBe('-MOVED 3 proxy:7001\r\n');
+  });
+});

@@ -1,0 +1,105 @@
+/**
+ * TransactionState, without sockets: frames scanned from bytes go in, their meaning and the
+ * MULTI/WATCH/ASKING/user state come out, as Redis would hold them (the end-to-end tests check
+ * the same rules against a real server's replies).
+ */
+import { describe, expect, it } from 'vitest';
+import { HEAD, RequestScanner } from '../src/resp/request-scanner.js';
+import { FrameMeaning, TransactionState } from '../src/session/transaction-state.js';
+import { cmd } from './support/resp.js';
+
+/** Feeds `bytes` to a fresh scanner and the state, frame by frame; returns each frame's meaning. */
+function feed(tx: TransactionState, bytes: Buffer | string): FrameMeaning[] {
+  const scanner = new RequestScanner();
+  const buf = Buffer.from(bytes);
+  const meanings: FrameMeaning[] = [];
+  scanner.newChunk();
+  let pos = 0;
+  while (pos < buf.length) {
+    pos = scanner.next(buf, pos);
+    if (scanner.event & HEAD) meanings.push(tx.frame(scanner));
+  }
+  return meanings;
+}
+
+describe('TransactionState', () => {
+  it('opens on MULTI and closes on EXEC or DISCARD, counting what is queued', () => {
+    const tx = new TransactionState();
+    expect(feed(tx, cmd('MULTI'))).toEqual([FrameMeaning.Reply]);
+    expect([tx.inMulti, tx.opened, tx.canStartBlock]).toEqual([true, true, false]);
+    feed(tx, Buffer.concat([cmd('SET', 'a', '1'), cmd('INCR', 'a')]));
+    expect([tx.queued, tx.queuedIndex]).toEqual([2, 1]);
+    feed(tx, cmd('EXEC'));
+    expect([tx.inMulti, tx.closed, tx.queuedIndex, tx.canStartBlock]).toEqual([false, true, -1, true]);
+    feed(tx, Buffer.concat([cmd('MULTI'), cmd('DISCARD')]));
+    expect([tx.inMulti, tx.closed]).toEqual([false, true]);
+  });
+
+  it('changes nothing on the wrong arity, as Redis refuses those commands before they run', () => {
+    const tx = new TransactionState();
+    feed(tx, cmd('MULTI', 'x'));
+    expect(tx.inMulti).toBe(false);
+    feed(tx, cmd('WATCH'));
+    expect(tx.watching).toBe(false);
+    feed(tx, cmd('WATCH', 'k'));
+    expect(tx.watching).toBe(true);
+    feed(tx, Buffer.concat([cmd('UNWATCH', 'x'), cmd('RESET', 'x')]));
+    expect(tx.watching).toBe(true);
+    feed(tx, Buffer.concat([cmd('MULTI'), cmd('EXEC', 'x'), cmd('DISCARD', 'y')]));
+    expect(tx.inMulti).toBe(true);
+    feed(tx, 'DISCARD x\r\n'); // inline too
+    expect(tx.inMulti).toBe(true);
+    feed(tx, cmd('EXEC'));
+    expect([tx.inMulti, tx.watching]).toEqual([false, false]); // EXEC unwatches
+  });
+
+  it('keeps a WATCH set outside a transaction only, and a nested MULTI is not queued', () => {
+    const tx = new TransactionState();
+    feed(tx, Buffer.concat([cmd('MULTI'), cmd('WATCH', 'k'), cmd('MULTI')]));
+    expect([tx.watching, tx.queued, tx.inMulti]).toEqual([false, 0, true]);
+    feed(tx, cmd('UNWATCH'));
+    expect(tx.queued).toBe(1); // queued inside MULTI, like any command but the transaction's own
+  });
+
+  it('says when the user may have changed: AUTH, HELLO, RESET', () => {
+    const tx = new TransactionState();
+    for (const frame of [cmd('AUTH', 'pw'), cmd('HELLO', '3'), cmd('RESET')]) {
+      feed(tx, frame);
+      expect(tx.userChanged).toBe(true);
+      feed(tx, cmd('PING'));
+      expect(tx.userChanged).toBe(false);
+    }
+    feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('MULTI'), cmd('RESET')]));
+    expect([tx.inMulti, tx.watching, tx.closed]).toEqual([false, false, true]);
+  });
+
+  it('remembers ASKING for exactly one command', () => {
+    const tx = new TransactionState();
+    feed(tx, cmd('ASKING'));
+    expect(tx.afterAsking).toBe(true);
+    feed(tx, cmd('GET', 'k'));
+    expect(tx.afterAsking).toBe(false);
+  });
+
+  it('finds the frames after which replies cannot be counted, and the frames with no reply', () => {
+    for (const frame of [cmd('SUBSCRIBE', 'c'), cmd('PSUBSCRIBE', 'c*'), cmd('MONITOR'), cmd('CLIENT', 'REPLY', 'OFF'), cmd('client', 'reply', 'skip'), 'CLIENT LIST\r\n', 'SET k "a b"\r\n', cmd('SYNC')]) {
+      expect(feed(new TransactionState(), frame), JSON.stringify(String(frame))).toEqual([FrameMeaning.Untrackable]);
+    }
+    expect(feed(new TransactionState(), Buffer.concat([Buffer.from('\r\n'), Buffer.from('*0\r\n'), cmd('CLIENT', 'LIST')]))).toEqual([
+      FrameMeaning.NoReply,
+      FrameMeaning.NoReply,
+      FrameMeaning.Reply,
+    ]);
+  });
+
+  it('follows a released lock block: inside the transaction, or out of it after its EXEC', () => {
+    const tx = new TransactionState();
+    feed(tx, cmd('ASKING'));
+    tx.blockSent(2, false); // MULTI and INCRBY went upstream, the rest was not a block
+    expect([tx.inMulti, tx.queued, tx.afterAsking]).toEqual([true, 1, false]);
+    feed(tx, cmd('GET', 'k'));
+    expect(tx.queuedIndex).toBe(1);
+    tx.blockSent(4, true);
+    expect([tx.inMulti, tx.watching, tx.queued]).toEqual([false, false, 0]);
+  });
+});
