@@ -18,10 +18,7 @@ export default defineConfig(
     files: ['src/**/*.ts', 'test/**/*.ts', '*.config.ts'],
     extends: [js.configs.recommended, tseslint.configs.recommended],
     rules: {
-      '@typescript-eslint/no-unused-vars': [
-        'error',
-        { argsIgnorePattern: '^_', caughtErrorsIgnorePattern: '^_' },
-      ],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', caughtErrorsIgnorePattern: '^_' }],
     },
   },
 );

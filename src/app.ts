@@ -77,7 +77,10 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
 
   sentinel?.on('switch', (from, to) => {
     const closed = seed.closeSessionsTo(formatAddress(from.host, from.port));
-    log.warn({ from: formatAddress(from.host, from.port), to: formatAddress(to.host, to.port), closed }, 'master changed; closed the connections to the old master');
+    log.warn(
+      { from: formatAddress(from.host, from.port), to: formatAddress(to.host, to.port), closed },
+      'master changed; closed the connections to the old master',
+    );
   });
 
   let lastProbe = { at: 0, result: { ok: false, detail: 'not probed yet' } };

@@ -36,12 +36,10 @@ function handleShutdownSignals(config: Config, log: Logger, app: App): (signal: 
     }
     stopping = true;
     log.info({ signal, connections: app.sessionCount, timeoutMs: config.shutdownTimeoutMs }, 'shutting down: finishing in-flight requests');
-    void app
-      .shutdown(config.shutdownTimeoutMs)
-      .then(() => {
-        log.info('shut down');
-        process.exit(0);
-      });
+    void app.shutdown(config.shutdownTimeoutMs).then(() => {
+      log.info('shut down');
+      process.exit(0);
+    });
   };
   process.on('SIGTERM', () => onSignal('SIGTERM'));
   process.on('SIGINT', () => onSignal('SIGINT'));

@@ -102,11 +102,7 @@ export interface Config {
 /** The rules shipped with the package: every affected Stalwart release line (rules/stalwart/). */
 export const DEFAULT_RULES_DIR = STALWART_RULES_DIR;
 
-export type CliRequest =
-  | { kind: 'run'; config: Config }
-  | { kind: 'print-config'; text: string }
-  | { kind: 'help' }
-  | { kind: 'version' };
+export type CliRequest = { kind: 'run'; config: Config } | { kind: 'print-config'; text: string } | { kind: 'help' } | { kind: 'version' };
 
 export function parseListen(text: string, what = 'listen address'): ListenAddress {
   const match = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(text) ?? /^()()(\d+)$/.exec(text);
@@ -134,7 +130,9 @@ export function chooseRules(rules: string[] | undefined, stalwart: string | unde
   const release = stalwartRelease(stalwart);
   if (release.kind === 'invalid') throw new ConfigError(`stalwart: ${release.reason}`);
   if (release.kind === 'not-affected') {
-    throw new ConfigError(`stalwart: ${release.reason}; there are no lock rules to load for it (give the release of the oldest node still running)`);
+    throw new ConfigError(
+      `stalwart: ${release.reason}; there are no lock rules to load for it (give the release of the oldest node still running)`,
+    );
   }
   return { paths, release: { product: 'Stalwart', version: release.version } };
 }
@@ -231,8 +229,10 @@ function upstreamTlsFrom(settings: RawSettings, upstream: UpstreamTarget): Upstr
 
 /** TLS for clients, with --tls-cert and --tls-key. */
 function listenerTlsFrom(settings: RawSettings): ListenerTls | null {
-  if ((settings['tls-cert'] === undefined) !== (settings['tls-key'] === undefined)) throw new ConfigError('tls-cert and tls-key go together');
-  if (settings['tls-client-ca'] !== undefined && settings['tls-cert'] === undefined) throw new ConfigError('tls-client-ca needs tls-cert and tls-key');
+  if ((settings['tls-cert'] === undefined) !== (settings['tls-key'] === undefined))
+    throw new ConfigError('tls-cert and tls-key go together');
+  if (settings['tls-client-ca'] !== undefined && settings['tls-cert'] === undefined)
+    throw new ConfigError('tls-client-ca needs tls-cert and tls-key');
   if (settings['tls-cert'] === undefined) return null;
   return {
     cert: readPem(text(settings, 'tls-cert'), 'tls-cert') as Buffer,
@@ -262,7 +262,8 @@ function sentinelFrom(settings: RawSettings, upstream: UpstreamTarget): Sentinel
     username: text(settings, 'sentinel-username'),
     password: text(settings, 'sentinel-password'),
   };
-  if (upstream.path !== undefined) throw new ConfigError('with sentinel, the upstream URL must be redis:// or rediss:// (its host is replaced by the master)');
+  if (upstream.path !== undefined)
+    throw new ConfigError('with sentinel, the upstream URL must be redis:// or rediss:// (its host is replaced by the master)');
   return sentinel;
 }
 
@@ -284,14 +285,17 @@ function deprecatedGiven(settings: RawSettings): string[] {
 function buildClusterConfig(settings: RawSettings, seeds: UpstreamTarget[], listen: ListenAddress, withSentinel: boolean): ClusterConfig {
   if (withSentinel) throw new ConfigError('cluster and sentinel cannot be combined (a cluster finds its own masters)');
   for (const seed of seeds) {
-    if (seed.path !== undefined) throw new ConfigError(`cluster: seed ${seed.display} must be redis:// or rediss:// (cluster nodes are reached over TCP)`);
-    if (seed.db !== 0) throw new ConfigError(`cluster: seed ${seed.display} selects database ${seed.db}; Redis Cluster has database 0 only`);
+    if (seed.path !== undefined)
+      throw new ConfigError(`cluster: seed ${seed.display} must be redis:// or rediss:// (cluster nodes are reached over TCP)`);
+    if (seed.db !== 0)
+      throw new ConfigError(`cluster: seed ${seed.display} selects database ${seed.db}; Redis Cluster has database 0 only`);
     if (seed.tls !== seeds[0].tls) throw new ConfigError('cluster: seed URLs must all be redis:// or all rediss://');
   }
   const portMap = clusterPortMap(settings, listen);
   const base = integer(settings, 'cluster-base-port');
   if (listen.port === 0 && base === 0) throw new ConfigError('cluster: with --listen port 0, set --cluster-base-port');
-  if (base === 0 && listen.port === 65535) throw new ConfigError('cluster: --listen port 65535 leaves no port above it; set --cluster-base-port');
+  if (base === 0 && listen.port === 65535)
+    throw new ConfigError('cluster: --listen port 65535 leaves no port above it; set --cluster-base-port');
   const announce = text(settings, 'cluster-announce-host');
   if (announce !== undefined && net.isIP(announce) === 0 && !/^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$/.test(announce)) {
     throw new ConfigError(`cluster-announce-host "${announce}" is not a host name or IP address (no port: the ports are the listeners')`);
@@ -315,7 +319,8 @@ function clusterPortMap(settings: RawSettings, listen: ListenAddress): Map<strin
       throw new ConfigError(`cluster-port-map entry "${entry}" is not NODEHOST:NODEPORT=PORT (for example 10.0.0.5:6379=7001)`);
     }
     const node = parseListen(match[1], 'cluster-port-map node address');
-    if ([...portMap.values()].includes(port) || port === listen.port) throw new ConfigError(`cluster-port-map: port ${port} is given twice (or is the --listen port)`);
+    if ([...portMap.values()].includes(port) || port === listen.port)
+      throw new ConfigError(`cluster-port-map: port ${port} is given twice (or is the --listen port)`);
     portMap.set(formatAddress(node.host, node.port), port);
   }
   return portMap;

@@ -37,7 +37,7 @@ function escapeBytes(key: Uint8Array, count: number): string {
  */
 export function unescapeKey(text: string): Buffer {
   const bytes: number[] = [];
-  for (let i = 0; i < text.length; ) {
+  for (let i = 0; i < text.length;) {
     const code = text.charCodeAt(i);
     if (code === 0x5c) {
       const hex = /^\\x([0-9a-fA-F]{2})/.exec(text.slice(i, i + 4));

@@ -34,15 +34,33 @@ export const OPTIONS = {
     help: 'Redis URL: redis://, rediss:// (TLS) or unix://; with --cluster, seed node URLs, comma-separated',
     secret: true,
   },
-  rules: { kind: 'list', help: 'rule file or directory of *.yaml files; repeatable (default: the shipped rules/stalwart/, every affected Stalwart release)' },
-  stalwart: { kind: 'string', help: 'the Stalwart release the clients run, e.g. 0.15.3: load only the rule files for it (default: every affected release)' },
+  rules: {
+    kind: 'list',
+    help: 'rule file or directory of *.yaml files; repeatable (default: the shipped rules/stalwart/, every affected Stalwart release)',
+  },
+  stalwart: {
+    kind: 'string',
+    help: 'the Stalwart release the clients run, e.g. 0.15.3: load only the rule files for it (default: every affected release)',
+  },
   mode: { kind: 'string', default: 'enforce', help: 'enforce (rules decide) or observe (every rule only observes)' },
   'hold-ms': { kind: 'integer', default: 10, min: 1, max: 60_000, help: 'how long an incomplete MULTI block waits for more bytes' },
   'connect-timeout-ms': { kind: 'integer', default: 5000, min: 1, max: 600_000, help: 'upstream connect timeout' },
   'admin-listen': { kind: 'string', default: '127.0.0.1:9180', help: 'admin HTTP address (/metrics, /healthz, /readyz), or "off"' },
   'watch-rules': { kind: 'boolean', default: false, help: 'reload the rules when a rule file changes (SIGHUP always reloads)' },
-  'shutdown-timeout-ms': { kind: 'integer', default: 10_000, min: 0, max: 3_600_000, help: 'on SIGTERM/SIGINT, how long to wait for busy connections' },
-  'max-connections': { kind: 'integer', default: 10_000, min: 1, max: 1_000_000, help: 'client connections at once; more are refused as Redis does' },
+  'shutdown-timeout-ms': {
+    kind: 'integer',
+    default: 10_000,
+    min: 0,
+    max: 3_600_000,
+    help: 'on SIGTERM/SIGINT, how long to wait for busy connections',
+  },
+  'max-connections': {
+    kind: 'integer',
+    default: 10_000,
+    min: 1,
+    max: 1_000_000,
+    help: 'client connections at once; more are refused as Redis does',
+  },
   'max-frame-bytes': {
     kind: 'integer',
     help: 'no longer used: requests stream to Redis, whose own limits apply',
@@ -50,8 +68,18 @@ export const OPTIONS = {
       'max-frame-bytes no longer applies: requests stream to Redis, whose own limits (proto-max-bulk-len, ' +
       'client-query-buffer-limit) decide and answer; the proxy holds only lock blocks, a few KiB at most',
   },
-  'lock-pipelining': { kind: 'boolean', default: false, help: 'forward what follows a lock block without waiting for its script, once the script has worked on the connection' },
-  'idle-timeout-ms': { kind: 'integer', default: 0, min: 0, max: 2_147_483_647, help: 'close client connections idle this long (0: never)' },
+  'lock-pipelining': {
+    kind: 'boolean',
+    default: false,
+    help: 'forward what follows a lock block without waiting for its script, once the script has worked on the connection',
+  },
+  'idle-timeout-ms': {
+    kind: 'integer',
+    default: 0,
+    min: 0,
+    max: 2_147_483_647,
+    help: 'close client connections idle this long (0: never)',
+  },
   'upstream-ca': { kind: 'string', help: 'CA certificate file (PEM) to verify a rediss:// upstream' },
   'upstream-cert': { kind: 'string', help: 'client certificate file (PEM) for a rediss:// upstream' },
   'upstream-key': { kind: 'string', help: 'client key file (PEM) for a rediss:// upstream' },
@@ -64,11 +92,21 @@ export const OPTIONS = {
   'sentinel-master': { kind: 'string', help: 'master name the sentinels monitor' },
   'sentinel-username': { kind: 'string', help: 'user name for the sentinels themselves' },
   'sentinel-password': { kind: 'string', secret: true, help: 'password for the sentinels themselves' },
-  cluster: { kind: 'boolean', default: false, help: 'run in front of a Redis Cluster: a listener per node, node addresses in replies rewritten' },
+  cluster: {
+    kind: 'boolean',
+    default: false,
+    help: 'run in front of a Redis Cluster: a listener per node, node addresses in replies rewritten',
+  },
   'cluster-base-port': { kind: 'integer', default: 0, min: 0, max: 65535, help: 'first node listener port (0: the --listen port + 1)' },
   'cluster-port-map': { kind: 'list', help: 'fixed node listener ports, NODEHOST:NODEPORT=PORT (repeatable or comma-separated)' },
   'cluster-announce-host': { kind: 'string', help: 'host written into cluster replies (default: the address the client connected to)' },
-  'cluster-refresh-ms': { kind: 'integer', default: 10_000, min: 100, max: 3_600_000, help: 'how often the cluster topology is asked again' },
+  'cluster-refresh-ms': {
+    kind: 'integer',
+    default: 10_000,
+    min: 100,
+    max: 3_600_000,
+    help: 'how often the cluster topology is asked again',
+  },
   'log-level': { kind: 'string', default: 'info', help: 'fatal|error|warn|info|debug|trace|silent' },
 } as const satisfies Record<string, OptionSpec>;
 
@@ -114,7 +152,8 @@ export function readFlags(argv: string[]): Record<string, unknown> {
     version: { type: 'boolean', short: 'v' },
   };
   for (const [name, spec] of Object.entries(OPTIONS) as Array<[string, OptionSpec]>) {
-    options[name] = spec.kind === 'boolean' ? { type: 'boolean' } : spec.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' };
+    options[name] =
+      spec.kind === 'boolean' ? { type: 'boolean' } : spec.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' };
   }
   try {
     return parseArgs({ args: argv, strict: true, allowPositionals: false, options }).values;
@@ -146,7 +185,10 @@ function fromEnv(env: NodeJS.ProcessEnv): RawSettings {
 
 /** `a, b,,c` → `['a', 'b', 'c']`. */
 export function splitList(value: string): string[] {
-  return value.split(',').map((part) => part.trim()).filter((part) => part !== '');
+  return value
+    .split(',')
+    .map((part) => part.trim())
+    .filter((part) => part !== '');
 }
 
 function fromFile(file: string): RawSettings {
@@ -167,7 +209,9 @@ function fromFile(file: string): RawSettings {
   const settings: RawSettings = {};
   for (const [key, value] of Object.entries(doc as Record<string, unknown>)) {
     if (!(key in OPTIONS)) {
-      throw new ConfigError(`config file ${file}: unknown setting "${key}" (settings are named like the flags, e.g. listen, upstream, hold-ms)`);
+      throw new ConfigError(
+        `config file ${file}: unknown setting "${key}" (settings are named like the flags, e.g. listen, upstream, hold-ms)`,
+      );
     }
     const spec: OptionSpec = OPTIONS[key as OptionName];
     settings[key as OptionName] = fileValue(file, key, spec, value);

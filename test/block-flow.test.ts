@@ -63,7 +63,12 @@ class FakePort implements LockBlockPort {
 function setup(options: { mode?: 'enforce' | 'observe'; lockPipelining?: boolean } = {}) {
   const port = new FakePort();
   const stats = new Stats();
-  const blocks = new LockBlocks(port, port.replies, { mode: options.mode ?? 'enforce', holdMs: 10, lockPipelining: options.lockPipelining ?? false, stats }, null);
+  const blocks = new LockBlocks(
+    port,
+    port.replies,
+    { mode: options.mode ?? 'enforce', holdMs: 10, lockPipelining: options.lockPipelining ?? false, stats },
+    null,
+  );
   /** Feeds a whole block, as the session would: MULTI starts holding, each head is offered. Returns whether the client waits. */
   const offer = (bytes: Buffer): boolean | 'released' => {
     const scanner = new RequestScanner();

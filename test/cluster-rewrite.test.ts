@@ -36,41 +36,64 @@ const ID = {
 };
 
 // cluster-preferred-endpoint-type ip (the default), no host names.
-const SLOTS_RESP2 = "*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n*0\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n*0\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n*0\r\n";
-const SLOTS_RESP3 = "*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n%0\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n%0\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n%0\r\n";
-const SHARDS_RESP2 = "*3\r\n*4\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
-const SHARDS_RESP3 = "*3\r\n%2\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
-const NODES_RESP2 = "$337\r\nf316ed1faff4fc895150659a89a8580b6ba766e3 127.0.0.1:32003@42003 master - 0 1796026039016 3 connected 10923-16383\n65f66d1c4e946d4d51e836353888a3986cde47ce 127.0.0.1:32002@42002 master - 0 1796026041029 2 connected 5461-10922\n11ef880912f7266b5b4c60ef87036cbb43ad05c0 127.0.0.1:32001@42001 myself,master - 0 1796026039000 1 connected 0-5460\n\r\n";
-const NODES_RESP3 = "=341\r\ntxt:f316ed1faff4fc895150659a89a8580b6ba766e3 127.0.0.1:32003@42003 master - 0 1796026042033 3 connected 10923-16383\n65f66d1c4e946d4d51e836353888a3986cde47ce 127.0.0.1:32002@42002 master - 0 1796026041029 2 connected 5461-10922\n11ef880912f7266b5b4c60ef87036cbb43ad05c0 127.0.0.1:32001@42001 myself,master - 0 1796026039000 1 connected 0-5460\n\r\n";
+const SLOTS_RESP2 =
+  '*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n*0\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n*0\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n*0\r\n';
+const SLOTS_RESP3 =
+  '*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n%0\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n%0\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n%0\r\n';
+const SHARDS_RESP2 =
+  '*3\r\n*4\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n';
+const SHARDS_RESP3 =
+  '*3\r\n%2\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n';
+const NODES_RESP2 =
+  '$337\r\nf316ed1faff4fc895150659a89a8580b6ba766e3 127.0.0.1:32003@42003 master - 0 1796026039016 3 connected 10923-16383\n65f66d1c4e946d4d51e836353888a3986cde47ce 127.0.0.1:32002@42002 master - 0 1796026041029 2 connected 5461-10922\n11ef880912f7266b5b4c60ef87036cbb43ad05c0 127.0.0.1:32001@42001 myself,master - 0 1796026039000 1 connected 0-5460\n\r\n';
+const NODES_RESP3 =
+  '=341\r\ntxt:f316ed1faff4fc895150659a89a8580b6ba766e3 127.0.0.1:32003@42003 master - 0 1796026042033 3 connected 10923-16383\n65f66d1c4e946d4d51e836353888a3986cde47ce 127.0.0.1:32002@42002 master - 0 1796026041029 2 connected 5461-10922\n11ef880912f7266b5b4c60ef87036cbb43ad05c0 127.0.0.1:32001@42001 myself,master - 0 1796026039000 1 connected 0-5460\n\r\n';
 
 // cluster-preferred-endpoint-type hostname: the node without a host name is "?".
-const SLOTS_HOSTNAME_RESP2 = "*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$14\r\nnode-1.example\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n*2\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$14\r\nnode-2.example\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n*2\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$1\r\n?\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n*2\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n";
-const SLOTS_HOSTNAME_RESP3 = "*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$14\r\nnode-1.example\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n%1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$14\r\nnode-2.example\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n%1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$1\r\n?\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n%1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n";
-const SHARDS_HOSTNAME_RESP2 = "*3\r\n*4\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$1\r\n?\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n*16\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$14\r\nnode-2.example\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n*16\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$14\r\nnode-1.example\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
-const SHARDS_HOSTNAME_RESP3 = "*3\r\n%2\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$1\r\n?\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n%8\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$14\r\nnode-2.example\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n%8\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$14\r\nnode-1.example\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
-const NODES_HOSTNAME_RESP2 = "$367\r\nf316ed1faff4fc895150659a89a8580b6ba766e3 127.0.0.1:32003@42003 master - 0 1796026058097 3 connected 10923-16383\n65f66d1c4e946d4d51e836353888a3986cde47ce 127.0.0.1:32002@42002,node-2.example master - 0 1796026059101 2 connected 5461-10922\n11ef880912f7266b5b4c60ef87036cbb43ad05c0 127.0.0.1:32001@42001,node-1.example myself,master - 0 1796026058000 1 connected 0-5460\n\r\n";
-const NODES_HOSTNAME_RESP3 = "=371\r\ntxt:f316ed1faff4fc895150659a89a8580b6ba766e3 127.0.0.1:32003@42003 master - 0 1796026060109 3 connected 10923-16383\n65f66d1c4e946d4d51e836353888a3986cde47ce 127.0.0.1:32002@42002,node-2.example master - 0 1796026059101 2 connected 5461-10922\n11ef880912f7266b5b4c60ef87036cbb43ad05c0 127.0.0.1:32001@42001,node-1.example myself,master - 0 1796026059000 1 connected 0-5460\n\r\n";
+const SLOTS_HOSTNAME_RESP2 =
+  '*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$14\r\nnode-1.example\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n*2\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$14\r\nnode-2.example\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n*2\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$1\r\n?\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n*2\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n';
+const SLOTS_HOSTNAME_RESP3 =
+  '*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$14\r\nnode-1.example\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n%1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$14\r\nnode-2.example\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n%1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$1\r\n?\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n%1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n';
+const SHARDS_HOSTNAME_RESP2 =
+  '*3\r\n*4\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$1\r\n?\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n*16\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$14\r\nnode-2.example\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n*16\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$14\r\nnode-1.example\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n';
+const SHARDS_HOSTNAME_RESP3 =
+  '*3\r\n%2\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$1\r\n?\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n%8\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$14\r\nnode-2.example\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n%8\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$14\r\nnode-1.example\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n';
+const NODES_HOSTNAME_RESP2 =
+  '$367\r\nf316ed1faff4fc895150659a89a8580b6ba766e3 127.0.0.1:32003@42003 master - 0 1796026058097 3 connected 10923-16383\n65f66d1c4e946d4d51e836353888a3986cde47ce 127.0.0.1:32002@42002,node-2.example master - 0 1796026059101 2 connected 5461-10922\n11ef880912f7266b5b4c60ef87036cbb43ad05c0 127.0.0.1:32001@42001,node-1.example myself,master - 0 1796026058000 1 connected 0-5460\n\r\n';
+const NODES_HOSTNAME_RESP3 =
+  '=371\r\ntxt:f316ed1faff4fc895150659a89a8580b6ba766e3 127.0.0.1:32003@42003 master - 0 1796026060109 3 connected 10923-16383\n65f66d1c4e946d4d51e836353888a3986cde47ce 127.0.0.1:32002@42002,node-2.example master - 0 1796026059101 2 connected 5461-10922\n11ef880912f7266b5b4c60ef87036cbb43ad05c0 127.0.0.1:32001@42001,node-1.example myself,master - 0 1796026059000 1 connected 0-5460\n\r\n';
 
 // cluster-preferred-endpoint-type ip with host names: CLUSTER SLOTS lists them in its 4th element.
-const SLOTS_METADATA_RESP2 = "*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n*2\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n*2\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n*0\r\n";
-const SLOTS_METADATA_RESP3 = "*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n%1\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n%1\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n%0\r\n";
+const SLOTS_METADATA_RESP2 =
+  '*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n*2\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n*2\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n*0\r\n';
+const SLOTS_METADATA_RESP3 =
+  '*3\r\n*3\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n%1\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n*3\r\n:5461\r\n:10922\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n%1\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n*3\r\n:10923\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n%0\r\n';
 
 // cluster-preferred-endpoint-type unknown-endpoint: an empty endpoint.
-const SHARDS_UNKNOWN_ENDPOINT_RESP2 = "*3\r\n*4\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$0\r\n\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n*16\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$0\r\n\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n*16\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$0\r\n\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
+const SHARDS_UNKNOWN_ENDPOINT_RESP2 =
+  '*3\r\n*4\r\n$5\r\nslots\r\n*2\r\n:10923\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\nf316ed1faff4fc895150659a89a8580b6ba766e3\r\n$4\r\nport\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$0\r\n\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:5461\r\n:10922\r\n$5\r\nnodes\r\n*1\r\n*16\r\n$2\r\nid\r\n$40\r\n65f66d1c4e946d4d51e836353888a3986cde47ce\r\n$4\r\nport\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$0\r\n\r\n$8\r\nhostname\r\n$14\r\nnode-2.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:5460\r\n$5\r\nnodes\r\n*1\r\n*16\r\n$2\r\nid\r\n$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n$4\r\nport\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$0\r\n\r\n$8\r\nhostname\r\n$14\r\nnode-1.example\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n';
 
 // The TLS cluster with a replica.
-const TLS_SLOTS_RESP2 = "*2\r\n*4\r\n:0\r\n:8191\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\nbf770b98406b84b0ab2fdd56712aafec3f4d780f\r\n*0\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa\r\n*0\r\n*3\r\n:8192\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a\r\n*0\r\n";
-const TLS_SLOTS_RESP3 = "*2\r\n*4\r\n:0\r\n:8191\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\nbf770b98406b84b0ab2fdd56712aafec3f4d780f\r\n%0\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa\r\n%0\r\n*3\r\n:8192\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a\r\n%0\r\n";
-const TLS_SHARDS_RESP2 = "*2\r\n*4\r\n$5\r\nslots\r\n*2\r\n:8192\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a\r\n$8\r\ntls-port\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:8191\r\n$5\r\nnodes\r\n*2\r\n*16\r\n$2\r\nid\r\n$40\r\nbf770b98406b84b0ab2fdd56712aafec3f4d780f\r\n$4\r\nport\r\n:31001\r\n$8\r\ntls-port\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*14\r\n$2\r\nid\r\n$40\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa\r\n$8\r\ntls-port\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n$18\r\nreplication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
-const TLS_SHARDS_RESP3 = "*2\r\n%2\r\n$5\r\nslots\r\n*2\r\n:8192\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a\r\n$8\r\ntls-port\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:0\r\n:8191\r\n$5\r\nnodes\r\n*2\r\n%8\r\n$2\r\nid\r\n$40\r\nbf770b98406b84b0ab2fdd56712aafec3f4d780f\r\n$4\r\nport\r\n:31001\r\n$8\r\ntls-port\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%7\r\n$2\r\nid\r\n$40\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa\r\n$8\r\ntls-port\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n$18\r\nreplication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
-const TLS_NODES_RESP2 = "$363\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a 127.0.0.1:32002@42002 master - 0 1796026114000 1 connected 8192-16383\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa 127.0.0.1:32003@42003 slave bf770b98406b84b0ab2fdd56712aafec3f4d780f 0 1796026115977 0 connected\nbf770b98406b84b0ab2fdd56712aafec3f4d780f 127.0.0.1:32001@42001 myself,master - 0 1796026115000 0 connected 0-8191\n\r\n";
-const TLS_REPLICAS_RESP2 = "*1\r\n$137\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa 127.0.0.1:32003@42003 slave bf770b98406b84b0ab2fdd56712aafec3f4d780f 0 1796026115977 0 connected\r\n";
-const TLS_REPLICAS_RESP3 = "*1\r\n$137\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa 127.0.0.1:32003@42003 slave bf770b98406b84b0ab2fdd56712aafec3f4d780f 0 1796026117990 0 connected\r\n";
+const TLS_SLOTS_RESP2 =
+  '*2\r\n*4\r\n:0\r\n:8191\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\nbf770b98406b84b0ab2fdd56712aafec3f4d780f\r\n*0\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa\r\n*0\r\n*3\r\n:8192\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a\r\n*0\r\n';
+const TLS_SLOTS_RESP3 =
+  '*2\r\n*4\r\n:0\r\n:8191\r\n*4\r\n$9\r\n127.0.0.1\r\n:32001\r\n$40\r\nbf770b98406b84b0ab2fdd56712aafec3f4d780f\r\n%0\r\n*4\r\n$9\r\n127.0.0.1\r\n:32003\r\n$40\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa\r\n%0\r\n*3\r\n:8192\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:32002\r\n$40\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a\r\n%0\r\n';
+const TLS_SHARDS_RESP2 =
+  '*2\r\n*4\r\n$5\r\nslots\r\n*2\r\n:8192\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n$40\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a\r\n$8\r\ntls-port\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:8191\r\n$5\r\nnodes\r\n*2\r\n*16\r\n$2\r\nid\r\n$40\r\nbf770b98406b84b0ab2fdd56712aafec3f4d780f\r\n$4\r\nport\r\n:31001\r\n$8\r\ntls-port\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n*14\r\n$2\r\nid\r\n$40\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa\r\n$8\r\ntls-port\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n$18\r\nreplication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n';
+const TLS_SHARDS_RESP3 =
+  '*2\r\n%2\r\n$5\r\nslots\r\n*2\r\n:8192\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n%7\r\n$2\r\nid\r\n$40\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a\r\n$8\r\ntls-port\r\n:32002\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%2\r\n$5\r\nslots\r\n*2\r\n:0\r\n:8191\r\n$5\r\nnodes\r\n*2\r\n%8\r\n$2\r\nid\r\n$40\r\nbf770b98406b84b0ab2fdd56712aafec3f4d780f\r\n$4\r\nport\r\n:31001\r\n$8\r\ntls-port\r\n:32001\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$18\r\nreplication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n%7\r\n$2\r\nid\r\n$40\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa\r\n$8\r\ntls-port\r\n:32003\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n$18\r\nreplication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n';
+const TLS_NODES_RESP2 =
+  '$363\r\n8b368f0b16c8c4ed0cded7948522fddbebaccd7a 127.0.0.1:32002@42002 master - 0 1796026114000 1 connected 8192-16383\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa 127.0.0.1:32003@42003 slave bf770b98406b84b0ab2fdd56712aafec3f4d780f 0 1796026115977 0 connected\nbf770b98406b84b0ab2fdd56712aafec3f4d780f 127.0.0.1:32001@42001 myself,master - 0 1796026115000 0 connected 0-8191\n\r\n';
+const TLS_REPLICAS_RESP2 =
+  '*1\r\n$137\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa 127.0.0.1:32003@42003 slave bf770b98406b84b0ab2fdd56712aafec3f4d780f 0 1796026115977 0 connected\r\n';
+const TLS_REPLICAS_RESP3 =
+  '*1\r\n$137\r\n5ce99ee343fe42daf3c70f6ab2fc682264b894aa 127.0.0.1:32003@42003 slave bf770b98406b84b0ab2fdd56712aafec3f4d780f 0 1796026117990 0 connected\r\n';
 
 // Replies that name no node address.
-const CLUSTER_INFO_RESP3 = "=514\r\ntxt:cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:16384\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:3\r\ncluster_size:3\r\ncluster_current_epoch:3\r\ncluster_my_epoch:1\r\ncluster_stats_messages_ping_sent:17\r\ncluster_stats_messages_pong_sent:20\r\ncluster_stats_messages_sent:37\r\ncluster_stats_messages_ping_received:18\r\ncluster_stats_messages_pong_received:17\r\ncluster_stats_messages_meet_received:2\r\ncluster_stats_messages_received:37\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n\r\n";
-const CLUSTER_MYID = "$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n";
-const UNKNOWN_NODE = "-ERR Unknown node 0000\r\n";
+const CLUSTER_INFO_RESP3 =
+  '=514\r\ntxt:cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:16384\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:3\r\ncluster_size:3\r\ncluster_current_epoch:3\r\ncluster_my_epoch:1\r\ncluster_stats_messages_ping_sent:17\r\ncluster_stats_messages_pong_sent:20\r\ncluster_stats_messages_sent:37\r\ncluster_stats_messages_ping_received:18\r\ncluster_stats_messages_pong_received:17\r\ncluster_stats_messages_meet_received:2\r\ncluster_stats_messages_received:37\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n\r\n';
+const CLUSTER_MYID = '$40\r\n11ef880912f7266b5b4c60ef87036cbb43ad05c0\r\n';
+const UNKNOWN_NODE = '-ERR Unknown node 0000\r\n';
 
 // ---------------------------------------------------------------------------
 // The fake directory, and expected replies built from the captured ones.
@@ -148,7 +171,10 @@ function withBody(reply: string, pairs: Array<[string, string]>): string {
 }
 
 /** Host names and IPs, as bulk strings, become the announce host. */
-const HOSTS_TO_ANNOUNCE: Array<[string, string]> = ['127.0.0.1', 'node-1.example', 'node-2.example'].map((host) => [bulk(host), bulk(HOST)]);
+const HOSTS_TO_ANNOUNCE: Array<[string, string]> = ['127.0.0.1', 'node-1.example', 'node-2.example'].map((host) => [
+  bulk(host),
+  bulk(HOST),
+]);
 const MASTER_PORTS = portReplies({ 32001: 7001, 32002: 7002, 32003: 7003 });
 const TLS_PORTS = portReplies({ 31001: 7011, 32001: 7011, 32002: 7012, 32003: 7013 });
 
@@ -176,7 +202,10 @@ const TLS_ADDRESSES = nodeAddresses({ 32001: 7011, 32002: 7012, 32003: 7013 });
 
 /** Hand-made from TLS_SHARDS_RESP2: the 32002 master with a plaintext port and a tls-port of 0. */
 const TLS_SHARDS_TLS_PORT_0 = swap(TLS_SHARDS_RESP2, [
-  [`*14\r\n$2\r\nid\r\n$40\r\n${ID.tlsMaster2}\r\n$8\r\ntls-port\r\n:32002\r\n`, `*16\r\n$2\r\nid\r\n$40\r\n${ID.tlsMaster2}\r\n$4\r\nport\r\n:32002\r\n$8\r\ntls-port\r\n:0\r\n`],
+  [
+    `*14\r\n$2\r\nid\r\n$40\r\n${ID.tlsMaster2}\r\n$8\r\ntls-port\r\n:32002\r\n`,
+    `*16\r\n$2\r\nid\r\n$40\r\n${ID.tlsMaster2}\r\n$4\r\nport\r\n:32002\r\n$8\r\ntls-port\r\n:0\r\n`,
+  ],
 ]);
 
 /**
@@ -203,24 +232,94 @@ interface Case {
 const CASES: Case[] = [
   { name: 'SLOTS, RESP2', kind: 'slots', reply: SLOTS_RESP2, expected: swap(SLOTS_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
   { name: 'SLOTS, RESP3', kind: 'slots', reply: SLOTS_RESP3, expected: swap(SLOTS_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SLOTS with host name endpoints and "?", RESP2', kind: 'slots', reply: SLOTS_HOSTNAME_RESP2, expected: swap(SLOTS_HOSTNAME_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SLOTS with host name endpoints and "?", RESP3', kind: 'slots', reply: SLOTS_HOSTNAME_RESP3, expected: swap(SLOTS_HOSTNAME_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SLOTS with host name metadata, RESP2', kind: 'slots', reply: SLOTS_METADATA_RESP2, expected: swap(SLOTS_METADATA_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SLOTS with host name metadata, RESP3', kind: 'slots', reply: SLOTS_METADATA_RESP3, expected: swap(SLOTS_METADATA_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SLOTS with a replica, RESP2', kind: 'slots', reply: TLS_SLOTS_RESP2, expected: swap(TLS_SLOTS_RESP2, [...HOSTS_TO_ANNOUNCE, ...TLS_PORTS]) },
-  { name: 'SLOTS with a replica, RESP3', kind: 'slots', reply: TLS_SLOTS_RESP3, expected: swap(TLS_SLOTS_RESP3, [...HOSTS_TO_ANNOUNCE, ...TLS_PORTS]) },
+  {
+    name: 'SLOTS with host name endpoints and "?", RESP2',
+    kind: 'slots',
+    reply: SLOTS_HOSTNAME_RESP2,
+    expected: swap(SLOTS_HOSTNAME_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]),
+  },
+  {
+    name: 'SLOTS with host name endpoints and "?", RESP3',
+    kind: 'slots',
+    reply: SLOTS_HOSTNAME_RESP3,
+    expected: swap(SLOTS_HOSTNAME_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]),
+  },
+  {
+    name: 'SLOTS with host name metadata, RESP2',
+    kind: 'slots',
+    reply: SLOTS_METADATA_RESP2,
+    expected: swap(SLOTS_METADATA_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]),
+  },
+  {
+    name: 'SLOTS with host name metadata, RESP3',
+    kind: 'slots',
+    reply: SLOTS_METADATA_RESP3,
+    expected: swap(SLOTS_METADATA_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]),
+  },
+  {
+    name: 'SLOTS with a replica, RESP2',
+    kind: 'slots',
+    reply: TLS_SLOTS_RESP2,
+    expected: swap(TLS_SLOTS_RESP2, [...HOSTS_TO_ANNOUNCE, ...TLS_PORTS]),
+  },
+  {
+    name: 'SLOTS with a replica, RESP3',
+    kind: 'slots',
+    reply: TLS_SLOTS_RESP3,
+    expected: swap(TLS_SLOTS_RESP3, [...HOSTS_TO_ANNOUNCE, ...TLS_PORTS]),
+  },
   { name: 'SHARDS, RESP2', kind: 'shards', reply: SHARDS_RESP2, expected: swap(SHARDS_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
   { name: 'SHARDS, RESP3', kind: 'shards', reply: SHARDS_RESP3, expected: swap(SHARDS_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SHARDS with host names and "?", RESP2', kind: 'shards', reply: SHARDS_HOSTNAME_RESP2, expected: swap(SHARDS_HOSTNAME_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SHARDS with host names and "?", RESP3', kind: 'shards', reply: SHARDS_HOSTNAME_RESP3, expected: swap(SHARDS_HOSTNAME_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SHARDS with empty endpoints, RESP2', kind: 'shards', reply: SHARDS_UNKNOWN_ENDPOINT_RESP2, expected: swap(SHARDS_UNKNOWN_ENDPOINT_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]) },
-  { name: 'SHARDS with tls-port and a replica, RESP2', kind: 'shards', reply: TLS_SHARDS_RESP2, expected: swap(TLS_SHARDS_RESP2, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]) },
-  { name: 'SHARDS with tls-port and a replica, RESP3', kind: 'shards', reply: TLS_SHARDS_RESP3, expected: swap(TLS_SHARDS_RESP3, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]) },
-  { name: 'SHARDS with a tls-port of 0', kind: 'shards', reply: TLS_SHARDS_TLS_PORT_0, expected: swap(TLS_SHARDS_TLS_PORT_0, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]) },
+  {
+    name: 'SHARDS with host names and "?", RESP2',
+    kind: 'shards',
+    reply: SHARDS_HOSTNAME_RESP2,
+    expected: swap(SHARDS_HOSTNAME_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]),
+  },
+  {
+    name: 'SHARDS with host names and "?", RESP3',
+    kind: 'shards',
+    reply: SHARDS_HOSTNAME_RESP3,
+    expected: swap(SHARDS_HOSTNAME_RESP3, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]),
+  },
+  {
+    name: 'SHARDS with empty endpoints, RESP2',
+    kind: 'shards',
+    reply: SHARDS_UNKNOWN_ENDPOINT_RESP2,
+    expected: swap(SHARDS_UNKNOWN_ENDPOINT_RESP2, [...HOSTS_TO_ANNOUNCE, ...MASTER_PORTS]),
+  },
+  {
+    name: 'SHARDS with tls-port and a replica, RESP2',
+    kind: 'shards',
+    reply: TLS_SHARDS_RESP2,
+    expected: swap(TLS_SHARDS_RESP2, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]),
+  },
+  {
+    name: 'SHARDS with tls-port and a replica, RESP3',
+    kind: 'shards',
+    reply: TLS_SHARDS_RESP3,
+    expected: swap(TLS_SHARDS_RESP3, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]),
+  },
+  {
+    name: 'SHARDS with a tls-port of 0',
+    kind: 'shards',
+    reply: TLS_SHARDS_TLS_PORT_0,
+    expected: swap(TLS_SHARDS_TLS_PORT_0, [...HOSTS_TO_ANNOUNCE, ...PLAIN_LISTENER_PORTS]),
+  },
   { name: 'NODES, RESP2 bulk string', kind: 'nodes', reply: NODES_RESP2, expected: withBody(NODES_RESP2, MASTER_ADDRESSES) },
   { name: 'NODES, RESP3 verbatim string', kind: 'nodes', reply: NODES_RESP3, expected: withBody(NODES_RESP3, MASTER_ADDRESSES) },
-  { name: 'NODES with host names, RESP2', kind: 'nodes', reply: NODES_HOSTNAME_RESP2, expected: withBody(NODES_HOSTNAME_RESP2, MASTER_ADDRESSES) },
-  { name: 'NODES with host names, RESP3', kind: 'nodes', reply: NODES_HOSTNAME_RESP3, expected: withBody(NODES_HOSTNAME_RESP3, MASTER_ADDRESSES) },
+  {
+    name: 'NODES with host names, RESP2',
+    kind: 'nodes',
+    reply: NODES_HOSTNAME_RESP2,
+    expected: withBody(NODES_HOSTNAME_RESP2, MASTER_ADDRESSES),
+  },
+  {
+    name: 'NODES with host names, RESP3',
+    kind: 'nodes',
+    reply: NODES_HOSTNAME_RESP3,
+    expected: withBody(NODES_HOSTNAME_RESP3, MASTER_ADDRESSES),
+  },
   { name: 'NODES with a replica', kind: 'nodes', reply: TLS_NODES_RESP2, expected: withBody(TLS_NODES_RESP2, TLS_ADDRESSES) },
   {
     name: 'NODES with noaddr, an empty host name and an empty IP',
@@ -231,8 +330,18 @@ const CASES: Case[] = [
       [' :32001@42001 ', ' :7001@42001 '],
     ]),
   },
-  { name: 'REPLICAS, RESP2', kind: 'replicas', reply: TLS_REPLICAS_RESP2, expected: `*1\r\n${withBody(TLS_REPLICAS_RESP2.slice(4), TLS_ADDRESSES)}` },
-  { name: 'REPLICAS, RESP3', kind: 'replicas', reply: TLS_REPLICAS_RESP3, expected: `*1\r\n${withBody(TLS_REPLICAS_RESP3.slice(4), TLS_ADDRESSES)}` },
+  {
+    name: 'REPLICAS, RESP2',
+    kind: 'replicas',
+    reply: TLS_REPLICAS_RESP2,
+    expected: `*1\r\n${withBody(TLS_REPLICAS_RESP2.slice(4), TLS_ADDRESSES)}`,
+  },
+  {
+    name: 'REPLICAS, RESP3',
+    kind: 'replicas',
+    reply: TLS_REPLICAS_RESP3,
+    expected: `*1\r\n${withBody(TLS_REPLICAS_RESP3.slice(4), TLS_ADDRESSES)}`,
+  },
 ];
 
 const latin1 = (text: string): Buffer => Buffer.from(text, 'latin1');
@@ -244,7 +353,11 @@ function rewrite(kind: TopologyReply | null, reply: string, nodes: NodeDirectory
 
 /** rewriteRedirect on an error line (CRLF added), as a string or null. */
 function redirect(line: string, nodes: NodeDirectory = new FakeDirectory(), announce: Announce = ANNOUNCE): string | null {
-  return rewriteRedirect(latin1(`${line}\r\n`), nodes, announce)?.toString('latin1').replace(/\r\n$/, '') ?? null;
+  return (
+    rewriteRedirect(latin1(`${line}\r\n`), nodes, announce)
+      ?.toString('latin1')
+      .replace(/\r\n$/, '') ?? null
+  );
 }
 
 // ---------------------------------------------------------------------------
@@ -264,7 +377,9 @@ describe('rewriteTopologyReply', () => {
   });
 
   it('names the listener port tls-port in SHARDS for a client connected over TLS', () => {
-    const text = rewriteTopologyReply('shards', latin1(TLS_SHARDS_RESP2), new FakeDirectory(), { ...ANNOUNCE, listenerTls: true }).toString('latin1');
+    const text = rewriteTopologyReply('shards', latin1(TLS_SHARDS_RESP2), new FakeDirectory(), { ...ANNOUNCE, listenerTls: true }).toString(
+      'latin1',
+    );
     expect(text).toBe(swap(rewrite('shards', TLS_SHARDS_RESP2), [['$4\r\nport\r\n', '$8\r\ntls-port\r\n']]));
   });
 
@@ -307,7 +422,9 @@ describe('rewriteTopologyReply by address', () => {
 
   it('CLUSTER SLOTS: a host name endpoint by that name, "?" by the upstream host of the connection', () => {
     const nodes = byAddressOnly();
-    expect(rewrite('slots', SLOTS_HOSTNAME_RESP3, nodes)).toBe(swap(SLOTS_HOSTNAME_RESP3, [...HOSTS_TO_ANNOUNCE, ...portReplies({ 32001: 7301, 32002: 7302, 32003: 7203 })]));
+    expect(rewrite('slots', SLOTS_HOSTNAME_RESP3, nodes)).toBe(
+      swap(SLOTS_HOSTNAME_RESP3, [...HOSTS_TO_ANNOUNCE, ...portReplies({ 32001: 7301, 32002: 7302, 32003: 7203 })]),
+    );
     expect(nodes.calls.filter((call) => call.startsWith('address'))).toEqual([
       'address node-1.example:32001',
       'address node-2.example:32002',
@@ -319,7 +436,11 @@ describe('rewriteTopologyReply by address', () => {
     const nodes = byAddressOnly();
     const expected = swap(SHARDS_UNKNOWN_ENDPOINT_RESP2, [...HOSTS_TO_ANNOUNCE, ...portReplies(LOCAL_ADDRESS_PORTS)]);
     expect(rewrite('shards', SHARDS_UNKNOWN_ENDPOINT_RESP2, nodes)).toBe(expected);
-    expect(nodes.calls.filter((call) => call.startsWith('address'))).toEqual(['address 127.0.0.1:32003', 'address 127.0.0.1:32002', 'address 127.0.0.1:32001']);
+    expect(nodes.calls.filter((call) => call.startsWith('address'))).toEqual([
+      'address 127.0.0.1:32003',
+      'address 127.0.0.1:32002',
+      'address 127.0.0.1:32001',
+    ]);
   });
 
   it('CLUSTER NODES: by ip:port; an empty IP by the upstream host; never for a noaddr line', () => {
@@ -387,16 +508,24 @@ describe('topologyReplyOf', () => {
     expect(topologyReplyOf(subcommand)).toBe(kind);
   });
 
-  it.each(['info', 'myid', 'getkeysinslot', 'countkeysinslot', 'links', 'slot', 'node', '', 'slots '])('CLUSTER %j gives null', (subcommand) => {
-    expect(topologyReplyOf(subcommand)).toBeNull();
-  });
+  it.each(['info', 'myid', 'getkeysinslot', 'countkeysinslot', 'links', 'slot', 'node', '', 'slots '])(
+    'CLUSTER %j gives null',
+    (subcommand) => {
+      expect(topologyReplyOf(subcommand)).toBeNull();
+    },
+  );
 });
 
 describe('rewriteRedirect', () => {
   it.each([
     ['MOVED to an IP', '-MOVED 12182 127.0.0.1:32003', '-MOVED 12182 px.example:7103', ['redirect', 'address 127.0.0.1:32003']],
     ['ASK to an IP', '-ASK 12182 127.0.0.1:32003', '-ASK 12182 px.example:7103', ['address 127.0.0.1:32003']],
-    ['MOVED to a host name', '-MOVED 3999 node-1.example:32001', '-MOVED 3999 px.example:7301', ['redirect', 'address node-1.example:32001']],
+    [
+      'MOVED to a host name',
+      '-MOVED 3999 node-1.example:32001',
+      '-MOVED 3999 px.example:7301',
+      ['redirect', 'address node-1.example:32001'],
+    ],
     ['ASK to a host name', '-ASK 3999 node-2.example:32002', '-ASK 3999 px.example:7302', ['address node-2.example:32002']],
     ['MOVED to "?"', '-MOVED 12182 ?:32003', '-MOVED 12182 ?:7203', ['redirect', 'address seed.internal:32003']],
     ['MOVED to the unknown endpoint', '-MOVED 12182 :32003', '-MOVED 12182 :7203', ['redirect', 'address seed.internal:32003']],
@@ -410,7 +539,9 @@ describe('rewriteRedirect', () => {
   });
 
   it('writes an IPv6 announce host unbracketed, as Redis does', () => {
-    expect(redirect('-MOVED 1 127.0.0.1:32001', new FakeDirectory(), { host: '2001:db8::1', upstreamHost: '::1' })).toBe('-MOVED 1 2001:db8::1:7101');
+    expect(redirect('-MOVED 1 127.0.0.1:32001', new FakeDirectory(), { host: '2001:db8::1', upstreamHost: '::1' })).toBe(
+      '-MOVED 1 2001:db8::1:7101',
+    );
   });
 
   it.each([

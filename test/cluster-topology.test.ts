@@ -24,11 +24,26 @@ describe('parseNodes', () => {
   });
 
   it('reads ids, roles, health, host names and served slots (not slots being moved)', () => {
-    expect(nodes[0]).toEqual({ id: '07c37dfeb235213a872192d90877d0cd55635b91', host: '127.0.0.1', port: 30004, hostname: 'node-4.example', role: 'replica', healthy: true, slots: [] });
+    expect(nodes[0]).toEqual({
+      id: '07c37dfeb235213a872192d90877d0cd55635b91',
+      host: '127.0.0.1',
+      port: 30004,
+      hostname: 'node-4.example',
+      role: 'replica',
+      healthy: true,
+      slots: [],
+    });
     expect(nodes[1]).toMatchObject({ role: 'master', healthy: true, slots: [[5461, 10922]], hostname: '' });
     expect(nodes[2]).toMatchObject({ role: 'master', healthy: false });
     // The node asked, known to itself without an IP: it is where the question went.
-    expect(nodes[3]).toMatchObject({ id: 'e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca', host: '10.0.0.1', slots: [[0, 5460], [7000, 7000]] });
+    expect(nodes[3]).toMatchObject({
+      id: 'e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca',
+      host: '10.0.0.1',
+      slots: [
+        [0, 5460],
+        [7000, 7000],
+      ],
+    });
   });
 });
 
@@ -37,19 +52,47 @@ const node = (fields: Record<string, string | number>): Array<string | number> =
 
 const SHARDS = [
   [
-    'slots', [0, 5460, 7000, 7000],
-    'nodes', [
-      node({ id: 'm1', port: 30001, 'tls-port': 40001, ip: '127.0.0.1', endpoint: '127.0.0.1', hostname: 'n1.example', role: 'master', 'replication-offset': 14, health: 'online' }),
+    'slots',
+    [0, 5460, 7000, 7000],
+    'nodes',
+    [
+      node({
+        id: 'm1',
+        port: 30001,
+        'tls-port': 40001,
+        ip: '127.0.0.1',
+        endpoint: '127.0.0.1',
+        hostname: 'n1.example',
+        role: 'master',
+        'replication-offset': 14,
+        health: 'online',
+      }),
       node({ id: 'r1', 'tls-port': 40004, ip: '', endpoint: '?', role: 'replica', 'replication-offset': 14, health: 'loading' }),
     ],
   ],
-  ['slots', [], 'nodes', [node({ id: 'm2', port: 30002, ip: '127.0.0.2', endpoint: '127.0.0.2', role: 'master', 'replication-offset': 0, health: 'fail' })]],
+  [
+    'slots',
+    [],
+    'nodes',
+    [node({ id: 'm2', port: 30002, ip: '127.0.0.2', endpoint: '127.0.0.2', role: 'master', 'replication-offset': 0, health: 'fail' })],
+  ],
 ];
 
 describe('parseShards', () => {
   it('reads every node of every shard, with the slot ranges of its shard for masters', () => {
     expect(parseShards(SHARDS, '10.0.0.1', false)).toEqual([
-      { id: 'm1', host: '127.0.0.1', port: 30001, hostname: 'n1.example', role: 'master', healthy: true, slots: [[0, 5460], [7000, 7000]] },
+      {
+        id: 'm1',
+        host: '127.0.0.1',
+        port: 30001,
+        hostname: 'n1.example',
+        role: 'master',
+        healthy: true,
+        slots: [
+          [0, 5460],
+          [7000, 7000],
+        ],
+      },
       { id: 'r1', host: '10.0.0.1', port: 40004, hostname: '', role: 'replica', healthy: false, slots: [] },
       { id: 'm2', host: '127.0.0.2', port: 30002, hostname: '', role: 'master', healthy: false, slots: [] },
     ]);

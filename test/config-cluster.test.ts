@@ -138,18 +138,27 @@ describe('--cluster-base-port', () => {
 
   it('must be given with --listen port 0, or 65535', () => {
     expect(refusal(['--cluster', '--listen', '127.0.0.1:0'])).toBe('cluster: with --listen port 0, set --cluster-base-port');
-    expect(refusal(['--cluster', '--listen', '127.0.0.1:65535'])).toBe('cluster: --listen port 65535 leaves no port above it; set --cluster-base-port');
+    expect(refusal(['--cluster', '--listen', '127.0.0.1:65535'])).toBe(
+      'cluster: --listen port 65535 leaves no port above it; set --cluster-base-port',
+    );
   });
 
   it('refuses a port out of range', () => {
-    expect(refusal(['--cluster', '--cluster-base-port', '65536'])).toBe('cluster-base-port must be an integer from 0 to 65535, got "65536"');
+    expect(refusal(['--cluster', '--cluster-base-port', '65536'])).toBe(
+      'cluster-base-port must be an integer from 0 to 65535, got "65536"',
+    );
     expect(refusal(['--cluster', '--cluster-base-port=-1'])).toMatch(/^cluster-base-port must be an integer/);
   });
 });
 
 describe('--cluster-port-map', () => {
   it('reads NODEHOST:NODEPORT=PORT entries, repeated or comma-separated', () => {
-    const { portMap } = clusterOf(['--cluster-port-map', '10.0.0.5:6379=7001,redis-1.svc:6379=7002', '--cluster-port-map', '[::1]:6379=7003']);
+    const { portMap } = clusterOf([
+      '--cluster-port-map',
+      '10.0.0.5:6379=7001,redis-1.svc:6379=7002',
+      '--cluster-port-map',
+      '[::1]:6379=7003',
+    ]);
     expect([...portMap]).toEqual([
       ['10.0.0.5:6379', 7001],
       ['redis-1.svc:6379', 7002],
@@ -157,15 +166,23 @@ describe('--cluster-port-map', () => {
     ]);
   });
 
-  it.each(['10.0.0.5:6379', '10.0.0.5=7001', '10.0.0.5:6379=', '=7001', '10.0.0.5:6379=0', '10.0.0.5:6379=65536', '10.0.0.5:6379=70x', ':=7001'])(
-    'refuses the entry %j',
-    (entry) => {
-      expect(refusal(['--cluster', '--cluster-port-map', entry])).toBe(`cluster-port-map entry "${entry}" ${PORT_MAP_SYNTAX}`);
-    },
-  );
+  it.each([
+    '10.0.0.5:6379',
+    '10.0.0.5=7001',
+    '10.0.0.5:6379=',
+    '=7001',
+    '10.0.0.5:6379=0',
+    '10.0.0.5:6379=65536',
+    '10.0.0.5:6379=70x',
+    ':=7001',
+  ])('refuses the entry %j', (entry) => {
+    expect(refusal(['--cluster', '--cluster-port-map', entry])).toBe(`cluster-port-map entry "${entry}" ${PORT_MAP_SYNTAX}`);
+  });
 
   it('refuses a node port out of range', () => {
-    expect(refusal(['--cluster', '--cluster-port-map', 'h:70000=7001'])).toMatch(/^cluster-port-map node address "h:70000" is not HOST:PORT/);
+    expect(refusal(['--cluster', '--cluster-port-map', 'h:70000=7001'])).toMatch(
+      /^cluster-port-map node address "h:70000" is not HOST:PORT/,
+    );
   });
 
   it('refuses a listener port given twice, or the --listen port', () => {
@@ -180,11 +197,14 @@ describe('--cluster-announce-host', () => {
     expect(clusterOf(['--cluster-announce-host', host]).announceHost).toBe(host);
   });
 
-  it.each(['', 'two words', 'a,b', 'host:port', 'proxy.example.com:7000', '[::1]', '\t', '10.0.0.1:6380', 'a:1', 'dead:beef'])('refuses %j', (host) => {
-    expect(refusal(['--cluster', '--cluster-announce-host', host])).toBe(
-      `cluster-announce-host "${host}" is not a host name or IP address (no port: the ports are the listeners')`,
-    );
-  });
+  it.each(['', 'two words', 'a,b', 'host:port', 'proxy.example.com:7000', '[::1]', '\t', '10.0.0.1:6380', 'a:1', 'dead:beef'])(
+    'refuses %j',
+    (host) => {
+      expect(refusal(['--cluster', '--cluster-announce-host', host])).toBe(
+        `cluster-announce-host "${host}" is not a host name or IP address (no port: the ports are the listeners')`,
+      );
+    },
+  );
 });
 
 describe('cluster settings without --cluster', () => {

@@ -58,12 +58,18 @@ describe('resolveConfig', () => {
 
   it('reads every flag', () => {
     const config = run([
-      '--listen', '0.0.0.0:7000',
-      '--upstream', 'redis://:pw@10.0.0.5:6390/4',
-      '--rules', '/etc/rlp/a.yaml',
-      '--hold-ms', '25',
-      '--connect-timeout-ms', '1500',
-      '--log-level', 'debug',
+      '--listen',
+      '0.0.0.0:7000',
+      '--upstream',
+      'redis://:pw@10.0.0.5:6390/4',
+      '--rules',
+      '/etc/rlp/a.yaml',
+      '--hold-ms',
+      '25',
+      '--connect-timeout-ms',
+      '1500',
+      '--log-level',
+      'debug',
     ]);
     expect(config.listen).toEqual({ host: '0.0.0.0', port: 7000 });
     expect(config.upstream).toMatchObject({ host: '10.0.0.5', port: 6390, password: 'pw', db: 4 });
@@ -237,7 +243,13 @@ describe('parseUpstreamUrl', () => {
   });
 
   it('user:password and :password', () => {
-    expect(parseUpstreamUrl('redis://alice:s3cret@h:1/2')).toMatchObject({ username: 'alice', password: 's3cret', host: 'h', port: 1, db: 2 });
+    expect(parseUpstreamUrl('redis://alice:s3cret@h:1/2')).toMatchObject({
+      username: 'alice',
+      password: 's3cret',
+      host: 'h',
+      port: 1,
+      db: 2,
+    });
     const passwordOnly = parseUpstreamUrl('redis://:s3cret@h');
     expect(passwordOnly.username).toBeUndefined();
     expect(passwordOnly.password).toBe('s3cret');
@@ -370,23 +382,48 @@ describe('setupCommands', () => {
 
 describe('production settings', () => {
   it('reads the admin address, mode, limits and reload settings', () => {
-    const config = run(['--admin-listen', 'off', '--mode', 'observe', '--max-connections', '5', '--idle-timeout-ms', '300', '--watch-rules', '--shutdown-timeout-ms', '0']);
-    expect(config).toMatchObject({ adminListen: null, mode: 'observe', maxConnections: 5, idleTimeoutMs: 300, watchRules: true, shutdownTimeoutMs: 0 });
+    const config = run([
+      '--admin-listen',
+      'off',
+      '--mode',
+      'observe',
+      '--max-connections',
+      '5',
+      '--idle-timeout-ms',
+      '300',
+      '--watch-rules',
+      '--shutdown-timeout-ms',
+      '0',
+    ]);
+    expect(config).toMatchObject({
+      adminListen: null,
+      mode: 'observe',
+      maxConnections: 5,
+      idleTimeoutMs: 300,
+      watchRules: true,
+      shutdownTimeoutMs: 0,
+    });
     expect(run([], { REDIS_LOCK_PROXY_ADMIN_LISTEN: '0.0.0.0:9999', REDIS_LOCK_PROXY_WATCH_RULES: 'true' })).toMatchObject({
       adminListen: { host: '0.0.0.0', port: 9999 },
       watchRules: true,
     });
     expect(configError(() => run(['--mode', 'enforcing'])).message).toBe('mode must be enforce or observe, got "enforcing"');
     // Accepted so that existing configurations start, and said to do nothing.
-    expect(run(['--max-frame-bytes', '10']).warnings).toEqual([expect.stringMatching(/^max-frame-bytes no longer applies: requests stream to Redis/)]);
+    expect(run(['--max-frame-bytes', '10']).warnings).toEqual([
+      expect.stringMatching(/^max-frame-bytes no longer applies: requests stream to Redis/),
+    ]);
   });
 
   it('pairs the TLS and sentinel settings, naming what is missing', () => {
     expect(configError(() => run(['--upstream-ca', '/x.pem'])).message).toBe('--upstream-ca needs a rediss:// upstream URL');
-    expect(configError(() => run(['--upstream', 'rediss://h', '--upstream-cert', '/c.pem'])).message).toBe('upstream-cert and upstream-key go together');
+    expect(configError(() => run(['--upstream', 'rediss://h', '--upstream-cert', '/c.pem'])).message).toBe(
+      'upstream-cert and upstream-key go together',
+    );
     expect(configError(() => run(['--tls-cert', '/c.pem'])).message).toBe('tls-cert and tls-key go together');
     expect(configError(() => run(['--tls-client-ca', '/ca.pem'])).message).toBe('tls-client-ca needs tls-cert and tls-key');
-    expect(configError(() => run(['--upstream', 'rediss://h', '--upstream-ca', '/nonexistent/ca.pem'])).message).toMatch(/^upstream-ca \/nonexistent\/ca\.pem: cannot read/);
+    expect(configError(() => run(['--upstream', 'rediss://h', '--upstream-ca', '/nonexistent/ca.pem'])).message).toMatch(
+      /^upstream-ca \/nonexistent\/ca\.pem: cannot read/,
+    );
     expect(configError(() => run(['--sentinel', '127.0.0.1:26379'])).message).toBe('sentinel and sentinel-master go together');
     expect(run(['--sentinel', 's1:26379,s2:26380', '--sentinel', '[::1]:26381', '--sentinel-master', 'mymaster']).sentinel).toEqual({
       sentinels: [
@@ -401,7 +438,20 @@ describe('production settings', () => {
   });
 
   it('prints the effective configuration with secrets masked', () => {
-    const request = resolveConfig(['--print-config', '--upstream', 'redis://:hunter2@h:1', '--sentinel', 'h:2', '--sentinel-master', 'm', '--sentinel-password', 'swordfish'], {});
+    const request = resolveConfig(
+      [
+        '--print-config',
+        '--upstream',
+        'redis://:hunter2@h:1',
+        '--sentinel',
+        'h:2',
+        '--sentinel-master',
+        'm',
+        '--sentinel-password',
+        'swordfish',
+      ],
+      {},
+    );
     expect(request.kind).toBe('print-config');
     const text = request.kind === 'print-config' ? request.text : '';
     expect(text).toContain('upstream: redis://:***@h:1');

@@ -66,13 +66,28 @@ describe('matching', () => {
     for (const domain of ['example.org', 'xn--bcher-kva.example', 'bücher.example', 'почта.рф', 'MX_1.Example-A.org', 'x']) {
       expect(matchesLayout(l, bytes(head, domain)), domain).toBe(true);
     }
-    for (const bad of [Buffer.alloc(0), bytes('a\0b'), bytes('a b'), bytes('a\r\n'), bytes('a\x7f'), bytes([0x61, 0xc3]), Buffer.alloc(254, 0x61)]) {
+    for (const bad of [
+      Buffer.alloc(0),
+      bytes('a\0b'),
+      bytes('a b'),
+      bytes('a\r\n'),
+      bytes('a\x7f'),
+      bytes([0x61, 0xc3]),
+      Buffer.alloc(254, 0x61),
+    ]) {
       expect(matchesLayout(l, bytes(head, bad)), bad.toString('hex')).toBe(false);
     }
   });
 
   it('decodes what it matched, and builds keys that decode to the same values', () => {
-    const l = layout([{ hex: '17 00' }, { u64: 'due' }, { leb128: 'account' }, { leb128: 'document' }, { u8: 'index' }, { bytes: 'name', length: 3 }]);
+    const l = layout([
+      { hex: '17 00' },
+      { u64: 'due' },
+      { leb128: 'account' },
+      { leb128: 'document' },
+      { u8: 'index' },
+      { bytes: 'name', length: 3 },
+    ]);
     fc.assert(
       fc.property(
         fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }),
@@ -81,9 +96,17 @@ describe('matching', () => {
         fc.bigInt({ min: 0n, max: 255n }),
         fc.uint8Array({ minLength: 3, maxLength: 3 }),
         (due, account, document, index, name) => {
-          const values = new Map<string, bigint | Buffer>([['due', due], ['account', account], ['document', document], ['index', index], ['name', Buffer.from(name)]]);
+          const values = new Map<string, bigint | Buffer>([
+            ['due', due],
+            ['account', account],
+            ['document', document],
+            ['index', index],
+            ['name', Buffer.from(name)],
+          ]);
           const key = buildKey(l, values);
-          expect(key).toEqual(bytes([0x17, 0x00], bigEndian(due, 8), leb128(account), leb128(document), [Number(index)], Buffer.from(name)));
+          expect(key).toEqual(
+            bytes([0x17, 0x00], bigEndian(due, 8), leb128(account), leb128(document), [Number(index)], Buffer.from(name)),
+          );
           expect(decodeLayout(l, key)).toEqual(values);
         },
       ),
@@ -101,8 +124,13 @@ function bigEndian(n: bigint, width: number): Buffer {
 
 describe('describe templates', () => {
   const l = layout([{ hex: '17 00' }, { u64: 'due' }, { leb128: 'account' }, { bytes: 'queue', length: 8 }]);
-  const say = (template: string, key: Buffer) => describeFields(parseDescription(template, l, (t) => new Error(t)), decodeLayout(l, key)!);
-  const key = (due: bigint, queue: string | Buffer) => bytes([0x17, 0x00], bigEndian(due, 8), leb128(12), Buffer.concat([Buffer.from(queue), Buffer.alloc(8)]).subarray(0, 8));
+  const say = (template: string, key: Buffer) =>
+    describeFields(
+      parseDescription(template, l, (t) => new Error(t)),
+      decodeLayout(l, key)!,
+    );
+  const key = (due: bigint, queue: string | Buffer) =>
+    bytes([0x17, 0x00], bigEndian(due, 8), leb128(12), Buffer.concat([Buffer.from(queue), Buffer.alloc(8)]).subarray(0, 8));
 
   it('writes integers, times and padded names', () => {
     expect(say('due {due} account {account} queue "{queue}"', key(5n, 'local'))).toBe('due 5 account 12 queue "local"');
@@ -131,18 +159,28 @@ describe('rule file errors for key and describe', () => {
       'x.yaml: rule 1 ("r"): field "key[2]": unknown part type "u65": give exactly one of hex, text, u8, u32, u64, leb128, decimal, domain, bytes',
     );
     expect(ruleError('    key: [{hex: "17", u8: x}]\n').message).toMatch(/field "key\[1\]": 2 part types/);
-    expect(ruleError('    key: [{hex: 17}]\n').message).toMatch(/field "key\[1\]": hex: must be a string, got 17 \(quote hex digits: hex: "17"\)/);
+    expect(ruleError('    key: [{hex: 17}]\n').message).toMatch(
+      /field "key\[1\]": hex: must be a string, got 17 \(quote hex digits: hex: "17"\)/,
+    );
     expect(ruleError('    key: [{hex: "1"}]\n').message).toMatch(/field "key\[1\]": odd number of hex digits/);
     expect(ruleError('    key: [{u64: id}]\n').message).toMatch(/field "key\[1\]": must be literal bytes \(hex or text\)/);
     expect(ruleError('    key: [{hex: "17"}, {u64: Id}]\n').message).toMatch(/field name must be lowercase/);
     expect(ruleError('    key: [{hex: "17"}, {u8: a}, {u8: a}]\n').message).toMatch(/field "key\[3\]": field name "a" is used twice/);
-    expect(ruleError('    key: [{hex: "16"}, {domain: d}, {u8: a}]\n').message).toMatch(/field "key\[2\]": a domain takes the rest of the key/);
-    expect(ruleError('    key: [{text: "a"}, {decimal: n}, {text: "1"}]\n').message).toMatch(/field "key\[3\]": cannot start with a digit right after a decimal/);
+    expect(ruleError('    key: [{hex: "16"}, {domain: d}, {u8: a}]\n').message).toMatch(
+      /field "key\[2\]": a domain takes the rest of the key/,
+    );
+    expect(ruleError('    key: [{text: "a"}, {decimal: n}, {text: "1"}]\n').message).toMatch(
+      /field "key\[3\]": cannot start with a digit right after a decimal/,
+    );
     expect(ruleError('    key: [{hex: "17"}, {bytes: b}]\n').message).toMatch(/bytes: needs "length"/);
     expect(ruleError('    key: [{hex: "17"}, {u8: b, length: 2}]\n').message).toMatch(/"length" goes only with bytes/);
     expect(ruleError('    key: []\n').message).toMatch(/field "key": must be a non-empty list of parts/);
-    expect(ruleError('    key: [{hex: "17"}]\n    prefix_hex: "17"\n').message).toMatch(/field "prefix_hex": cannot be combined with "key"/);
-    expect(ruleError('    key: [{hex: "17"}]\n    describe: "{x}"\n').message).toMatch(/field "describe": "\{x\}" names no field of the key/);
+    expect(ruleError('    key: [{hex: "17"}]\n    prefix_hex: "17"\n').message).toMatch(
+      /field "prefix_hex": cannot be combined with "key"/,
+    );
+    expect(ruleError('    key: [{hex: "17"}]\n    describe: "{x}"\n').message).toMatch(
+      /field "describe": "\{x\}" names no field of the key/,
+    );
     expect(ruleError('    prefix: "a"\n    describe: "{x}"\n').message).toMatch(/\(the rule has no key: layout\)/);
   });
 

@@ -93,7 +93,10 @@ describe('isRedisInteger', () => {
 
     it('INCRBY accepts exactly the deltas isRedisInteger accepts', async () => {
       const digitsy = fc.stringMatching(/^[-+0 ]?[0-9]{0,20}$/);
-      const samples = fc.sample(fc.oneof(digitsy, fc.string({ maxLength: 6 }), fc.bigInt({ min: -(2n ** 64n), max: 2n ** 64n }).map(String)), 400);
+      const samples = fc.sample(
+        fc.oneof(digitsy, fc.string({ maxLength: 6 }), fc.bigInt({ min: -(2n ** 64n), max: 2n ** 64n }).map(String)),
+        400,
+      );
       for (const delta of samples) {
         client.write(Buffer.concat([cmd('SET', 'n', '0'), cmd('INCRBY', 'n', delta)]));
         const reply = (await client.readReplies(2)).toString('latin1');
@@ -174,7 +177,13 @@ describe('BlockMatcher', () => {
 
 describe('the script call and its reply', () => {
   it('encodes EVALSHA with the key and arguments as bulk strings', () => {
-    const call = { key: Buffer.from('lock:\r\n'), increment: 'INCRBY' as const, delta: Buffer.from('1'), expire: 'EXPIRE' as const, ttl: Buffer.from('60') };
+    const call = {
+      key: Buffer.from('lock:\r\n'),
+      increment: 'INCRBY' as const,
+      delta: Buffer.from('1'),
+      expire: 'EXPIRE' as const,
+      ttl: Buffer.from('60'),
+    };
     const bytes = encodeLockCall(call, false).toString('latin1');
     expect(bytes).toBe(
       `*8\r\n$7\r\nEVALSHA\r\n$40\r\n${LOCK_SCRIPT_SHA}\r\n$1\r\n1\r\n$7\r\nlock:\r\n\r\n$6\r\nINCRBY\r\n$1\r\n1\r\n$6\r\nEXPIRE\r\n$2\r\n60\r\n`,
@@ -192,7 +201,10 @@ describe('the script call and its reply', () => {
     expect(err.kind === 'replies' && err.bytes.toString()).toBe(
       '+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n:1\r\n',
     );
-    expect(translateScriptReply(Buffer.from('-NOSCRIPT No matching script.\r\n'))).toEqual({ kind: 'error', message: '-NOSCRIPT No matching script.' });
+    expect(translateScriptReply(Buffer.from('-NOSCRIPT No matching script.\r\n'))).toEqual({
+      kind: 'error',
+      message: '-NOSCRIPT No matching script.',
+    });
     for (const odd of ['*3\r\n:1\r\n:1\r\n:1\r\n', '*2\r\n:1\r\n:2\r\n', '+OK\r\n', '*2\r\n$3\r\nabc\r\n:1\r\n', '*2\r\n:1\r\n']) {
       expect(translateScriptReply(Buffer.from(odd)).kind, odd).toBe('unexpected');
     }

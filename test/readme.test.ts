@@ -10,7 +10,34 @@ import { envName, OPTIONS } from '../src/settings.js';
 const README = fs.readFileSync(path.resolve(import.meta.dirname, '../README.md'), 'utf8');
 const EXTRA_FLAGS = ['config', 'print-config', 'help', 'version'];
 /** Flags of the subcommands and of other programs quoted in the README. */
-const OTHER_FLAGS = new Set(['via', 'timeout-ms', 'user', 'password', 'verbose', 'count', 'json', 'release', 'release-abandoned', 'yes', 'build-arg', 'signal', 'force-recreate', 'from-file', 'network', 'env-file', 'pipe', 'name', 'appendonly', 'quick', 'rounds', 'requests-p1', 'requests-p16', 'lock-seconds', 'without', 'baseline']);
+const OTHER_FLAGS = new Set([
+  'via',
+  'timeout-ms',
+  'user',
+  'password',
+  'verbose',
+  'count',
+  'json',
+  'release',
+  'release-abandoned',
+  'yes',
+  'build-arg',
+  'signal',
+  'force-recreate',
+  'from-file',
+  'network',
+  'env-file',
+  'pipe',
+  'name',
+  'appendonly',
+  'quick',
+  'rounds',
+  'requests-p1',
+  'requests-p16',
+  'lock-seconds',
+  'without',
+  'baseline',
+]);
 
 describe('README', () => {
   it('documents every setting, its flag and its environment variable', () => {

@@ -47,7 +47,9 @@ const errorLineArb: fc.Arbitrary<Piece> = fc
 
 /** Everything else that is not an aggregate, '-' bytes included where RESP allows them. */
 const otherLeafArb: fc.Arbitrary<Piece> = fc.oneof(
-  fc.constantFrom('+OK\r\n', '+-x\r\n', ':-1\r\n', '$-1\r\n', '*-1\r\n', '_\r\n', ',-1.5\r\n', '#f\r\n', '(-12\r\n', '%0\r\n', '*0\r\n').map(plain),
+  fc
+    .constantFrom('+OK\r\n', '+-x\r\n', ':-1\r\n', '$-1\r\n', '*-1\r\n', '_\r\n', ',-1.5\r\n', '#f\r\n', '(-12\r\n', '%0\r\n', '*0\r\n')
+    .map(plain),
   fc.tuple(fc.constantFrom('$', '!'), bodyArb).map(([type, body]) => plain(blob(type, body))),
   bodyArb.map((body) => plain(blob('=', `txt:${body}`))),
 );
@@ -57,7 +59,9 @@ const { value: valueArb } = fc.letrec<{ value: Piece }>((tie) => ({
     { depthSize: 'small', maxDepth: 3 },
     otherLeafArb,
     errorLineArb,
-    fc.tuple(fc.constantFrom('*', '~'), fc.array(tie('value'), { maxLength: 4 })).map(([type, items]) => join(`${type}${items.length}\r\n`, items)),
+    fc
+      .tuple(fc.constantFrom('*', '~'), fc.array(tie('value'), { maxLength: 4 }))
+      .map(([type, items]) => join(`${type}${items.length}\r\n`, items)),
     fc.array(fc.tuple(tie('value'), tie('value')), { maxLength: 3 }).map((pairs) => join(`%${pairs.length}\r\n`, pairs.flat())),
     fc
       .tuple(fc.array(fc.tuple(tie('value'), tie('value')), { minLength: 1, maxLength: 2 }), tie('value'))
@@ -74,9 +78,12 @@ const pushArb: fc.Arbitrary<Frame> = fc
   .array(valueArb, { maxLength: 3 })
   .map((items) => ({ piece: join(`>${items.length + 1}\r\n`, [plain(blob('$', 'message')), ...items]), push: true }));
 
-const streamArb = fc.array(fc.oneof({ weight: 4, arbitrary: valueArb.map((piece) => ({ piece, push: false })) }, { weight: 1, arbitrary: pushArb }), {
-  maxLength: 10,
-});
+const streamArb = fc.array(
+  fc.oneof({ weight: 4, arbitrary: valueArb.map((piece) => ({ piece, push: false })) }, { weight: 1, arbitrary: pushArb }),
+  {
+    maxLength: 10,
+  },
+);
 
 const cutsArb = fc.array(fc.nat(), { maxLength: 24 });
 
@@ -191,7 +198,10 @@ describe('ReplyScanner trackErrors on random streams', () => {
     fc.assert(
       fc.property(valueArb, (piece) => {
         const s = stream([{ piece, push: false }]);
-        const everyByte = splitAt(s.bytes, Array.from({ length: s.bytes.length }, (_, i) => i));
+        const everyByte = splitAt(
+          s.bytes,
+          Array.from({ length: s.bytes.length }, (_, i) => i),
+        );
         expect(trace(everyByte, s, true, 1).errorEnds).toEqual([...s.errorStarts.keys()]);
       }),
       { numRuns: 100 },
@@ -242,13 +252,23 @@ describe('ReplyScanner trackErrors, step by step', () => {
   ])('stops after an error line in %s', (_name, text) => {
     const scanner = tracking();
     const start = text.indexOf(MOVED);
-    expect(scanOnce(scanner, Buffer.from(text, 'latin1'), 0)).toMatchObject({ end: start + MOVED.length, errorEnded: true, errorStart: start });
+    expect(scanOnce(scanner, Buffer.from(text, 'latin1'), 0)).toMatchObject({
+      end: start + MOVED.length,
+      errorEnded: true,
+      errorStart: start,
+    });
   });
 
   it('counts a top-level error as a reply at the same stop', () => {
     const bytes = Buffer.from(`${MOVED}+OK\r\n`, 'latin1');
     for (const maxReplies of [1, ALL]) {
-      expect(scanOnce(tracking(), bytes, 0, maxReplies)).toEqual({ end: MOVED.length, replies: 1, errorEnded: true, errorStart: 0, inErrorLine: false });
+      expect(scanOnce(tracking(), bytes, 0, maxReplies)).toEqual({
+        end: MOVED.length,
+        replies: 1,
+        errorEnded: true,
+        errorStart: 0,
+        inErrorLine: false,
+      });
     }
   });
 

@@ -34,9 +34,7 @@ const bodyArb: fc.Arbitrary<string> = fc.oneof(
   { weight: 2, arbitrary: fc.constantFrom('', '\r\n', '\r\n\r\n', '$-1\r\n', '*1\r\n+x\r\n', '>1\r\n') },
   {
     weight: 3,
-    arbitrary: fc
-      .record({ len: fc.integer({ min: 0, max: 400 }), seed: fc.integer() })
-      .map(({ len, seed }) => seededBody(len, seed)),
+    arbitrary: fc.record({ len: fc.integer({ min: 0, max: 400 }), seed: fc.integer() }).map(({ len, seed }) => seededBody(len, seed)),
   },
   { weight: 1, arbitrary: fc.integer().map((seed) => seededBody(3000, seed)) },
 );
@@ -98,10 +96,7 @@ function resp3Arb(depth: number): fc.Arbitrary<string> {
     depth === 0
       ? fc.array(fc.tuple(resp3LeafArb, resp3LeafArb), { maxLength: 2 }).map(attribute)
       : fc.array(fc.tuple(resp3Arb(depth - 1), resp3Arb(depth - 1)), { maxLength: 2 }).map(attribute);
-  return fc.oneof(
-    { weight: 5, arbitrary: value },
-    { weight: 1, arbitrary: fc.tuple(attributeArb, value).map(([a, v]) => a + v) },
-  );
+  return fc.oneof({ weight: 5, arbitrary: value }, { weight: 1, arbitrary: fc.tuple(attributeArb, value).map(([a, v]) => a + v) });
 }
 
 function attribute(pairs: Array<[string, string]>): string {
@@ -380,7 +375,13 @@ describe('ReplyScanner on RESP3', () => {
         { start: 0, end, push },
         { start: end, end: end + 5, push: false },
       ];
-      for (const chunks of [[bytes], splitAt(bytes, Array.from({ length: bytes.length }, (_, i) => i))]) {
+      for (const chunks of [
+        [bytes],
+        splitAt(
+          bytes,
+          Array.from({ length: bytes.length }, (_, i) => i),
+        ),
+      ]) {
         expect({ text, count: countReplies(chunks) }).toEqual({ text, count: push ? 1 : 2 });
         expect({ text, frames: anyFrames(chunks, frames) }).toEqual({
           text,

@@ -52,7 +52,11 @@ describe('ReplyStream', () => {
         stream.expect(1);
         stream.capture((reply) => own.push(reply.toString('latin1')));
         stream.expect(1);
-        feed(stream, text, [...new Set(cuts)].sort((a, b) => a - b));
+        feed(
+          stream,
+          text,
+          [...new Set(cuts)].sort((a, b) => a - b),
+        );
         expect(own).toEqual(['*2\r\n$1\r\nx\r\n%1\r\n+a\r\n:1\r\n']);
         expect(port.client).toBe('+A\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n+B\r\n');
       }),
@@ -90,7 +94,8 @@ describe('ReplyStream', () => {
   });
 
   it('in cluster mode, rewrites -MOVED lines at any depth and across reads, even once it passes bytes through', () => {
-    const rewrite = (line: Buffer) => (line.toString().startsWith('-MOVED') ? Buffer.from(line.toString().replace(/\S+:\d+/, 'proxy:7001')) : null);
+    const rewrite = (line: Buffer) =>
+      line.toString().startsWith('-MOVED') ? Buffer.from(line.toString().replace(/\S+:\d+/, 'proxy:7001')) : null;
     const text = '-MOVED 1 10.0.0.9:6379\r\n*2\r\n-MOVED 2 10.0.0.9:6380\r\n-ERR other\r\n';
     for (let cut = 1; cut < text.length; cut++) {
       const port = new FakePort();

@@ -11,15 +11,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Cmd } from '../src/resp/commands.js';
 import { seededBytes, splitAt } from './support/chunks.js';
-import {
-  END,
-  HEAD,
-  MALFORMED,
-  MAX_CAPTURED_KEY,
-  MAX_CAPTURED_VALUE,
-  MAX_LINE,
-  RequestScanner,
-} from '../src/resp/request-scanner.js';
+import { END, HEAD, MALFORMED, MAX_CAPTURED_KEY, MAX_CAPTURED_VALUE, MAX_LINE, RequestScanner } from '../src/resp/request-scanner.js';
 
 // ---------------------------------------------------------------------------
 // Independent model
@@ -126,10 +118,7 @@ interface FrameRecord {
   value: string;
 }
 
-type FrameSpec =
-  | { kind: 'bulk'; args: string[]; junk: string | null }
-  | { kind: 'inline'; text: string }
-  | { kind: 'empty'; text: string };
+type FrameSpec = { kind: 'bulk'; args: string[]; junk: string | null } | { kind: 'inline'; text: string } | { kind: 'empty'; text: string };
 
 /** Encodes the frames and computes, independently of the scanner, what it must report. */
 function model(frames: FrameSpec[]): { bytes: Buffer; records: FrameRecord[] } {
@@ -764,16 +753,12 @@ function frameArb(maxArgLength: number, bigArgLength: number): fc.Arbitrary<Fram
 describe('RequestScanner properties', () => {
   it('reports the same frames however the stream is split, and what the model predicts', () => {
     fc.assert(
-      fc.property(
-        fc.array(frameArb(2000, 5000), { maxLength: 10 }),
-        fc.array(fc.nat(), { maxLength: 24 }),
-        (frames, cuts) => {
-          const { bytes, records } = model(frames);
-          const whole = scanChunks([bytes]);
-          expect(whole).toEqual(records);
-          expect(scanChunks(splitAt(bytes, cuts))).toEqual(whole);
-        },
-      ),
+      fc.property(fc.array(frameArb(2000, 5000), { maxLength: 10 }), fc.array(fc.nat(), { maxLength: 24 }), (frames, cuts) => {
+        const { bytes, records } = model(frames);
+        const whole = scanChunks([bytes]);
+        expect(whole).toEqual(records);
+        expect(scanChunks(splitAt(bytes, cuts))).toEqual(whole);
+      }),
       { numRuns: 300 },
     );
   });
@@ -823,7 +808,6 @@ describe('RequestScanner agrees with Redis', () => {
   });
 });
 
-
 describe('RequestScanner.couldStillBe (which unfinished frames may be kept back)', () => {
   const MULTI = Buffer.from('MULTI');
 
@@ -855,7 +839,19 @@ describe('RequestScanner.couldStillBe (which unfinished frames may be kept back)
   });
 
   it('turns false at the first byte that rules MULTI out', () => {
-    for (const bytes of ['*10', '*2', '*1\r\n$4', '*1\r\n$50', '*1\r\n$5\r\nMULX', '*-', '*01', 'M', 'MULTI', '*1\r\n$5\r\nMULT1', '*1\r\n$5\r\nMU\x00']) {
+    for (const bytes of [
+      '*10',
+      '*2',
+      '*1\r\n$4',
+      '*1\r\n$50',
+      '*1\r\n$5\r\nMULX',
+      '*-',
+      '*01',
+      'M',
+      'MULTI',
+      '*1\r\n$5\r\nMULT1',
+      '*1\r\n$5\r\nMU\x00',
+    ]) {
       expect(askAfter(bytes), JSON.stringify(bytes)).toBe(false);
     }
   });

@@ -10,12 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  RuleFileError,
-  createRuleSet,
-  loadRules,
-  parseRuleFile,
-} from '../src/rules/loader.js';
+import { RuleFileError, createRuleSet, loadRules, parseRuleFile } from '../src/rules/loader.js';
 import type { RuleSet } from '../src/rules/types.js';
 
 const STALWART_016 = fileURLToPath(new URL('../rules/stalwart/0.16.yaml', import.meta.url));
@@ -47,11 +42,7 @@ function catchRuleError(fn: () => unknown): RuleFileError {
 }
 
 /** Asserts message and properties of the error from parsing `text` as `x.yaml`. */
-function expectParseError(
-  text: string,
-  message: RegExp,
-  where: { rule: number | undefined; field: string | undefined },
-): RuleFileError {
+function expectParseError(text: string, message: RegExp, where: { rule: number | undefined; field: string | undefined }): RuleFileError {
   expect(() => parseRuleFile(text, 'rules/x.yaml')).toThrowError(message);
   const error = catchRuleError(() => parseRuleFile(text, 'rules/x.yaml'));
   expect(error.code).toBe('ERULEFILE');
@@ -104,9 +95,7 @@ describe('rules/stalwart/0.16.yaml, byte by byte', () => {
     }
     // A newline as the very last byte must not let `$` match early or late.
     expect(set.match(key(0x17, 1, 2, 3, 4, 5, 6, 7, 0x0a))?.name).toBe('stalwart-task-lock');
-    expect(set.match(key(0x17, 0x0d, 0x0a, 0, 0xff, 0x0d, 0x0a, 0, 0xff))?.name).toBe(
-      'stalwart-task-lock',
-    );
+    expect(set.match(key(0x17, 0x0d, 0x0a, 0, 0xff, 0x0d, 0x0a, 0, 0xff))?.name).toBe('stalwart-task-lock');
   });
 
   it('leaves rate-limit (0x02..0x0a) and blob quota (0x0b) keys alone', () => {
@@ -161,9 +150,7 @@ describe('loadRules', () => {
     writeFile('many/sub/40-d.yaml', file('  - name: d\n    prefix: "d:"\n'));
 
     const set = loadRules([rulesDir]);
-    expect(set.files).toEqual(
-      ['10-a.yaml', '20-b.yml', '30-c.yaml'].map((name) => path.join(rulesDir, name)),
-    );
+    expect(set.files).toEqual(['10-a.yaml', '20-b.yml', '30-c.yaml'].map((name) => path.join(rulesDir, name)));
     expect(set.rules.map((r) => r.name)).toEqual(['a', 'b', 'c']);
     expect(set.rules[1].source).toBe(`${path.join(rulesDir, '20-b.yml')}#1`);
   });
@@ -171,11 +158,7 @@ describe('loadRules', () => {
   it('combines files and directories in the order given', () => {
     const single = writeFile('single.yaml', file('  - name: z\n    prefix: "z:"\n'));
     const set = loadRules([single, STALWART_016]);
-    expect(set.rules.map((r) => r.name)).toEqual([
-      'z',
-      'stalwart-task-lock',
-      'stalwart-queue-lock',
-    ]);
+    expect(set.rules.map((r) => r.name)).toEqual(['z', 'stalwart-task-lock', 'stalwart-queue-lock']);
     expect(set.files).toEqual([single, STALWART_016]);
   });
 
@@ -213,10 +196,7 @@ describe('loadRules', () => {
 
   it('names the file in validation errors and refuses duplicate names across files', () => {
     const first = writeFile('dup/a.yaml', file('  - name: same\n    prefix: "a:"\n'));
-    const second = writeFile(
-      'dup/b.yaml',
-      file('  - name: other\n    prefix: "o:"\n', '  - name: same\n    prefix: "b:"\n'),
-    );
+    const second = writeFile('dup/b.yaml', file('  - name: other\n    prefix: "o:"\n', '  - name: same\n    prefix: "b:"\n'));
     const pattern = new RegExp(
       `b\\.yaml: rule 2 \\("same"\\): field "name": duplicate name "same" with a different definition: ` +
         `already used by .*a\\.yaml rule 1`,
@@ -280,9 +260,7 @@ describe('parseRuleFile and matching', () => {
   });
 
   it('returns frozen rule lists', () => {
-    const set = createRuleSet(parseRuleFile(file('  - name: f\n    prefix: "f"\n'), 'x.yaml').rules, [
-      'x.yaml',
-    ]);
+    const set = createRuleSet(parseRuleFile(file('  - name: f\n    prefix: "f"\n'), 'x.yaml').rules, ['x.yaml']);
     expect(Object.isFrozen(set.rules)).toBe(true);
     expect(Object.isFrozen(set.files)).toBe(true);
     expect(Object.isFrozen(set.rules[0])).toBe(true);
@@ -433,12 +411,7 @@ describe('rule file errors', () => {
       /^rules\/b\.yaml: rule 1 \("ok-rule"\): field "name": duplicate name "ok-rule" with a different definition: already used by rules\/a\.yaml rule 1$/,
     );
     const error = catchRuleError(() => createRuleSet([...a, ...b], []));
-    expect([error.code, error.file, error.rule, error.field]).toEqual([
-      'ERULEFILE',
-      'rules/b.yaml',
-      1,
-      'name',
-    ]);
+    expect([error.code, error.file, error.rule, error.field]).toEqual(['ERULEFILE', 'rules/b.yaml', 1, 'name']);
   });
 
   it('loads a rule that several files repeat word for word once, at its first place', () => {
@@ -465,7 +438,7 @@ describe('rule file errors', () => {
 
   it('refuses neither prefix nor prefix_hex', () => {
     expectParseError(
-      file('  - name: neither\n    pattern: \'^a\'\n'),
+      file("  - name: neither\n    pattern: '^a'\n"),
       /rules\/x\.yaml: rule 1 \("neither"\): field "prefix": is required: give "key", or exactly one of "prefix" or "prefix_hex"/,
       { rule: 1, field: 'prefix' },
     );
@@ -529,16 +502,14 @@ describe('rule file errors', () => {
       /rules\/x\.yaml: rule 1 \("num"\): field "prefix": must be a string, got a number \(23\); quote the value so YAML keeps it as text: prefix: "23"/,
       { rule: 1, field: 'prefix' },
     );
-    expectParseError(
-      file('  - name: list\n    prefix: [a, b]\n'),
-      /rule 1 \("list"\): field "prefix": must be a string, got a list$/,
-      { rule: 1, field: 'prefix' },
-    );
-    expectParseError(
-      file('  - name: nothing\n    prefix:\n'),
-      /rule 1 \("nothing"\): field "prefix": must be a string, got nothing$/,
-      { rule: 1, field: 'prefix' },
-    );
+    expectParseError(file('  - name: list\n    prefix: [a, b]\n'), /rule 1 \("list"\): field "prefix": must be a string, got a list$/, {
+      rule: 1,
+      field: 'prefix',
+    });
+    expectParseError(file('  - name: nothing\n    prefix:\n'), /rule 1 \("nothing"\): field "prefix": must be a string, got nothing$/, {
+      rule: 1,
+      field: 'prefix',
+    });
   });
 
   it('refuses a pattern that is not a string', () => {
@@ -582,15 +553,13 @@ describe('rule file errors', () => {
   });
 
   it('names the rule only by number when its name is invalid', () => {
-    expectParseError(
-      file('  - name: "bad name"\n    prefix_hex: "zz"\n'),
-      /^rules\/x\.yaml: rule 1: field "name": may only contain/,
-      { rule: 1, field: 'name' },
-    );
-    expectParseError(
-      file('  - name: 7\n    prefx: "a"\n'),
-      /^rules\/x\.yaml: rule 1: field "prefx": unknown field/,
-      { rule: 1, field: 'prefx' },
-    );
+    expectParseError(file('  - name: "bad name"\n    prefix_hex: "zz"\n'), /^rules\/x\.yaml: rule 1: field "name": may only contain/, {
+      rule: 1,
+      field: 'name',
+    });
+    expectParseError(file('  - name: 7\n    prefx: "a"\n'), /^rules\/x\.yaml: rule 1: field "prefx": unknown field/, {
+      rule: 1,
+      field: 'prefx',
+    });
   });
 });

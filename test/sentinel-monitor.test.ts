@@ -56,7 +56,10 @@ async function startEventDroppingRelay(target: number): Promise<{ port: number; 
     upstream.on('data', (chunk) => {
       if (!subscribed) client.write(chunk);
     });
-    for (const [a, b] of [[client, upstream], [upstream, client]]) {
+    for (const [a, b] of [
+      [client, upstream],
+      [upstream, client],
+    ]) {
       a.on('error', () => {});
       a.on('close', () => {
         sockets.delete(a);
@@ -215,7 +218,11 @@ describe.skipIf(Boolean(process.env.REDIS_TEST_IMAGE))('SentinelMonitor', () => 
     const monitor = async (name: string, opts: Partial<SentinelOptions>) => {
       const { log, lines } = capturingLogger();
       logs.set(name, lines);
-      return { name, monitor: await start({ ...opts, log }), switches: [] as Array<{ from: MasterAddress; to: MasterAddress; at: number }> };
+      return {
+        name,
+        monitor: await start({ ...opts, log }),
+        switches: [] as Array<{ from: MasterAddress; to: MasterAddress; at: number }>,
+      };
     };
     const watched = [
       await monitor('event', { pollMs: 60_000 }),
@@ -236,7 +243,11 @@ describe.skipIf(Boolean(process.env.REDIS_TEST_IMAGE))('SentinelMonitor', () => 
         expect(w.monitor.describe(), w.name).toContain(`(master ${HOST}:${setup.replica.port})`);
         const switched = logs.get(w.name)?.filter((l) => l.msg === 'sentinel: master switched') ?? [];
         expect(switched, w.name).toHaveLength(1);
-        expect(switched[0], w.name).toMatchObject({ from: `${HOST}:${oldMaster.port}`, to: `${HOST}:${newMaster.port}`, epoch: expect.any(Number) });
+        expect(switched[0], w.name).toMatchObject({
+          from: `${HOST}:${oldMaster.port}`,
+          to: `${HOST}:${newMaster.port}`,
+          epoch: expect.any(Number),
+        });
         // A fast poll may see the promoted replica before the event comes
         // (get-master-addr-by-name names it once the failover reconfigures replicas).
         const cause = { event: /^\+switch-master from /, 'event+poll': /^(\+switch-master from |poll of )/, poll: /^poll of / }[w.name];

@@ -28,7 +28,11 @@ const WINDOWED_RUNS = 3000;
 
 describe('the shipped rule files', () => {
   it('are one file per release line, each naming its releases, together 0.8.1 to 0.16.15 with no overlap', () => {
-    expect(shippedStalwartFiles().map((file) => path.basename(file)).sort()).toEqual(RELEASE_LINES.map((line) => line.file).sort());
+    expect(
+      shippedStalwartFiles()
+        .map((file) => path.basename(file))
+        .sort(),
+    ).toEqual(RELEASE_LINES.map((line) => line.file).sort());
     for (const line of RELEASE_LINES) {
       const { releases } = loadRules([fileOf(line.file)]);
       expect(releases.map(formatRange), line.file).toEqual([
@@ -95,7 +99,8 @@ describe('safety of the default for every line at once', () => {
 
   it('would catch a report rule that let any bytes follow its prefix (the generators reach the risky keys)', () => {
     const careless = createRuleSet(
-      parseRuleFile('rules:\n  - name: careless\n    key: [{hex: "16 00"}, {u64: due}, {bytes: rest, length: 30}]\n', 'careless.yaml').rules,
+      parseRuleFile('rules:\n  - name: careless\n    key: [{hex: "16 00"}, {u64: due}, {bytes: rest, length: 30}]\n', 'careless.yaml')
+        .rules,
       [],
     );
     const throttles = RELEASE_LINES[0].windowed.find((kind) => kind.purpose.startsWith('SMTP throttle'));
@@ -143,7 +148,10 @@ describe('--stalwart VERSION', () => {
   });
 
   it('says plainly which releases are not affected, and refuses what is not a release', () => {
-    expect(stalwartRelease('0.16.16')).toMatchObject({ kind: 'not-affected', reason: expect.stringMatching(/^Stalwart 0\.16\.16 is not affected: from 0\.16\.16 on it takes its locks with SET NX EX/) });
+    expect(stalwartRelease('0.16.16')).toMatchObject({
+      kind: 'not-affected',
+      reason: expect.stringMatching(/^Stalwart 0\.16\.16 is not affected: from 0\.16\.16 on it takes its locks with SET NX EX/),
+    });
     expect(stalwartRelease('0.17.0').kind).toBe('not-affected');
     expect(stalwartRelease('0.8.0')).toMatchObject({ kind: 'not-affected', reason: expect.stringMatching(/before 0\.8\.1/) });
     expect(stalwartRelease('0.5.3').kind).toBe('not-affected');
@@ -155,6 +163,8 @@ describe('--stalwart VERSION', () => {
     expect(() => chooseRules(undefined, '0.16')).toThrow(/give all three parts/);
     // Inside the affected span but in no line: no file is for it, and the error lists what the files are for.
     const gap = chooseRules(undefined, '0.10.9');
-    expect(() => loadRules(gap.paths, gap.release)).toThrow(/no rule file here is for Stalwart 0\.10\.9 \(the files are for Stalwart 0\.11\.0 - 0\.11\.8, .*Stalwart 0\.8\.1 - 0\.10\.7\)/);
+    expect(() => loadRules(gap.paths, gap.release)).toThrow(
+      /no rule file here is for Stalwart 0\.10\.9 \(the files are for Stalwart 0\.11\.0 - 0\.11\.8, .*Stalwart 0\.8\.1 - 0\.10\.7\)/,
+    );
   });
 });

@@ -82,7 +82,16 @@ describe('TransactionState', () => {
   });
 
   it('finds the frames after which replies cannot be counted, and the frames with no reply', () => {
-    for (const frame of [cmd('SUBSCRIBE', 'c'), cmd('PSUBSCRIBE', 'c*'), cmd('MONITOR'), cmd('CLIENT', 'REPLY', 'OFF'), cmd('client', 'reply', 'skip'), 'CLIENT LIST\r\n', 'SET k "a b"\r\n', cmd('SYNC')]) {
+    for (const frame of [
+      cmd('SUBSCRIBE', 'c'),
+      cmd('PSUBSCRIBE', 'c*'),
+      cmd('MONITOR'),
+      cmd('CLIENT', 'REPLY', 'OFF'),
+      cmd('client', 'reply', 'skip'),
+      'CLIENT LIST\r\n',
+      'SET k "a b"\r\n',
+      cmd('SYNC'),
+    ]) {
       expect(feed(new TransactionState(), frame), JSON.stringify(String(frame))).toEqual([FrameMeaning.Untrackable]);
     }
     expect(feed(new TransactionState(), Buffer.concat([Buffer.from('\r\n'), Buffer.from('*0\r\n'), cmd('CLIENT', 'LIST')]))).toEqual([

@@ -78,18 +78,10 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     'Client connections refused at accept time because of --max-connections.',
     () => stats.connectionsRejected,
   );
-  counter(
-    'commands_forwarded_total',
-    'Commands forwarded upstream as the client sent them.',
-    () => stats.commandsForwarded,
-  );
+  counter('commands_forwarded_total', 'Commands forwarded upstream as the client sent them.', () => stats.commandsForwarded);
   counter('client_bytes_received_total', 'Bytes read from clients.', () => stats.bytesFromClients);
   counter('upstream_bytes_received_total', 'Bytes read from the upstream Redis.', () => stats.bytesFromUpstream);
-  counter(
-    'upstream_connect_failures_total',
-    'Upstream connection attempts that failed.',
-    () => stats.upstreamConnectFailures,
-  );
+  counter('upstream_connect_failures_total', 'Upstream connection attempts that failed.', () => stats.upstreamConnectFailures);
   registerMetric(
     registry,
     new StatsHistogram(PREFIX + 'upstream_connect_seconds', 'Time to connect to the upstream Redis, in seconds.', stats),
@@ -130,11 +122,7 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     'Lock blocks whose script call was pipelined (--lock-pipelining): what followed was not held back.',
     () => stats.blocksPipelined,
   );
-  counter(
-    'script_reloads_total',
-    'Times the script was missing from the script cache and was sent in full.',
-    () => stats.scriptReloads,
-  );
+  counter('script_reloads_total', 'Times the script was missing from the script cache and was sent in full.', () => stats.scriptReloads);
   labelledCounter('rule_reloads_total', 'Rule reloads, by result.', ['result'], (emit) => {
     emit({ result: 'ok' }, stats.ruleReloads);
     emit({ result: 'failed' }, stats.ruleReloadFailures);

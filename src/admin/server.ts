@@ -40,10 +40,7 @@ interface Reply {
   headers?: Record<string, string>;
 }
 
-export async function startAdminServer(
-  listen: { host: string; port: number },
-  opts: AdminServerOptions,
-): Promise<AdminServer> {
+export async function startAdminServer(listen: { host: string; port: number }, opts: AdminServerOptions): Promise<AdminServer> {
   const { log } = opts;
 
   const server = createServer((req, res) => {

@@ -113,8 +113,12 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     const unbound = [...manager.byAddress.values()].filter((node) => node.server === null);
     if (unbound.length > 0) {
       await manager.close();
-      const which = unbound.map((node) => `${formatAddress(options.listenHost, node.listenPort)} for node ${node.address} (${node.bindError})`);
-      throw new TopologyError(`cluster: cannot listen on ${which.join(', ')}; choose free ports with --cluster-base-port or --cluster-port-map`);
+      const which = unbound.map(
+        (node) => `${formatAddress(options.listenHost, node.listenPort)} for node ${node.address} (${node.bindError})`,
+      );
+      throw new TopologyError(
+        `cluster: cannot listen on ${which.join(', ')}; choose free ports with --cluster-base-port or --cluster-port-map`,
+      );
     }
     manager.refreshTimer = setInterval(() => void manager.refresh('interval'), options.refreshMs);
     manager.refreshTimer.unref();
@@ -165,7 +169,14 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   // ------------------------------------------------------------ inspection
 
   /** Node listeners, for logs, metrics and tests. */
-  nodes(): Array<{ address: string; listenPort: number; id: string | null; role: string | null; healthy: boolean | null; listening: boolean }> {
+  nodes(): Array<{
+    address: string;
+    listenPort: number;
+    id: string | null;
+    role: string | null;
+    healthy: boolean | null;
+    listening: boolean;
+  }> {
     return [...this.byAddress.values()].map((node) => ({
       address: node.address,
       listenPort: node.listenPort,
@@ -203,7 +214,10 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   /** Healthy masters first, then the other known nodes, then the seeds. */
   private async fetchFromAnyNode(): Promise<ClusterNodeInfo[]> {
     const known = [...this.byAddress.values()].sort((a, b) => rank(a) - rank(b));
-    const candidates = [...known.map((node) => ({ host: node.host, port: node.port })), ...this.options.seeds.map((s) => ({ host: s.host as string, port: s.port as number }))];
+    const candidates = [
+      ...known.map((node) => ({ host: node.host, port: node.port })),
+      ...this.options.seeds.map((s) => ({ host: s.host as string, port: s.port as number })),
+    ];
     const errors: string[] = [];
     for (const { host, port } of candidates) {
       try {
@@ -257,7 +271,17 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       this.options.log.error({ node: address }, 'cluster: no free listener port left above --cluster-base-port');
       return null;
     }
-    const listener: NodeListener = { address, host, port, listenPort, info: null, server: null, starting: null, bindError: null, missing: 0 };
+    const listener: NodeListener = {
+      address,
+      host,
+      port,
+      listenPort,
+      info: null,
+      server: null,
+      starting: null,
+      bindError: null,
+      missing: 0,
+    };
     this.byAddress.set(address, listener);
     if (info !== null) this.describeNode(listener, info);
     this.listen(listener);
@@ -303,16 +327,26 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       display: `${seed.tls ? 'rediss' : 'redis'}://${formatAddress(listener.host, listener.port)}`,
     };
     const connector = new UpstreamConnector(target, o.upstreamTls, null);
-    listener.starting = startProxy({ listen: { host: o.listenHost, port: listener.listenPort }, tls: o.listenerTls, maxConnections: o.maxConnections }, o.contextFor(connector, this))
+    listener.starting = startProxy(
+      { listen: { host: o.listenHost, port: listener.listenPort }, tls: o.listenerTls, maxConnections: o.maxConnections },
+      o.contextFor(connector, this),
+    )
       .then((server) => {
         listener.server = server;
         listener.bindError = null;
         if (this.closed || !this.byAddress.has(listener.address)) void server.close();
-        else o.log.info({ node: listener.address, listen: formatAddress(o.listenHost, listener.listenPort), role: listener.info?.role }, 'cluster: listening for node');
+        else
+          o.log.info(
+            { node: listener.address, listen: formatAddress(o.listenHost, listener.listenPort), role: listener.info?.role },
+            'cluster: listening for node',
+          );
       })
       .catch((err: Error) => {
         listener.bindError = err.message;
-        o.log.error({ node: listener.address, listen: formatAddress(o.listenHost, listener.listenPort), err: err.message }, 'cluster: cannot listen for node (retried at the next refresh)');
+        o.log.error(
+          { node: listener.address, listen: formatAddress(o.listenHost, listener.listenPort), err: err.message },
+          'cluster: cannot listen for node (retried at the next refresh)',
+        );
       })
       .finally(() => (listener.starting = null));
   }

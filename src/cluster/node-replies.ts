@@ -104,7 +104,9 @@ export class NodeReplies implements BlockRedirects {
     if (this.announceCache === undefined) {
       const local = (this.client.localAddress ?? '127.0.0.1').replace(/^::ffff:(?=\d+\.)/, '');
       const upstream = this.upstreamAddress;
-      const upstreamHost = upstream.startsWith('[') ? upstream.slice(1, upstream.indexOf(']')) : upstream.slice(0, upstream.lastIndexOf(':'));
+      const upstreamHost = upstream.startsWith('[')
+        ? upstream.slice(1, upstream.indexOf(']'))
+        : upstream.slice(0, upstream.lastIndexOf(':'));
       this.announceCache = {
         host: this.cluster.announceHost ?? local,
         upstreamHost,

@@ -11,16 +11,7 @@
  * or a node without the hostname asked for) means "the host you are connected
  * to": it is kept, because the client is connected to the proxy.
  */
-import {
-  decodeReply,
-  encodeReply,
-  integerOf,
-  pairsOf,
-  setInteger,
-  setText,
-  textOf,
-  type RespValue,
-} from '../resp/value.js';
+import { decodeReply, encodeReply, integerOf, pairsOf, setInteger, setText, textOf, type RespValue } from '../resp/value.js';
 
 /** The proxy's node listeners, as the rewriting needs them. */
 export interface NodeDirectory {
@@ -81,7 +72,9 @@ function splitAddress(address: string): { host: string; port: number } | null {
 }
 
 function lookup(nodes: NodeDirectory, announce: Announce, id: string | null, endpoint: string, port: number): number | undefined {
-  return (id !== null ? nodes.portForId(id) : undefined) ?? nodes.portForAddress(unspecified(endpoint) ? announce.upstreamHost : endpoint, port);
+  return (
+    (id !== null ? nodes.portForId(id) : undefined) ?? nodes.portForAddress(unspecified(endpoint) ? announce.upstreamHost : endpoint, port)
+  );
 }
 
 const REDIRECT = /^-(MOVED|ASK) (\d+) (.*)$/;
@@ -216,7 +209,9 @@ class Rewriter {
         const id = textOf(fields.get('id'));
         const ip = textOf(fields.get('ip')) ?? '';
         const endpoint = textOf(fields.get('endpoint')) ?? ip;
-        const portValue = this.announce.tls ? fields.get('tls-port') ?? fields.get('port') : fields.get('port') ?? fields.get('tls-port');
+        const portValue = this.announce.tls
+          ? (fields.get('tls-port') ?? fields.get('port'))
+          : (fields.get('port') ?? fields.get('tls-port'));
         const port = integerOf(portValue);
         if (port === null) continue;
         const proxyPort = lookup(this.nodes, this.announce, id, unspecified(ip) ? endpoint : ip, port);

@@ -77,7 +77,8 @@ export async function fetchTopology(
         throw new TopologyError('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis', { cause: err });
       }
       // Redis before 7.0 has no SHARDS, and an ACL may allow NODES but not SHARDS: NODES then.
-      if (!/unknown subcommand|unknown command|^NOPERM/i.test(message)) throw new TopologyError(`CLUSTER SHARDS failed: ${message}`, { cause: err });
+      if (!/unknown subcommand|unknown command|^NOPERM/i.test(message))
+        throw new TopologyError(`CLUSTER SHARDS failed: ${message}`, { cause: err });
     }
     try {
       return parseNodes(String(await redis.call('CLUSTER', 'NODES')), host);
@@ -113,7 +114,7 @@ export function parseShards(reply: unknown, askedHost: string, tls: boolean): Cl
       const node = pairs(entry);
       const ip = String(node.get('ip') ?? '');
       const endpoint = String(node.get('endpoint') ?? '');
-      const port = Number((tls ? node.get('tls-port') ?? node.get('port') : node.get('port') ?? node.get('tls-port')) ?? 0);
+      const port = Number((tls ? (node.get('tls-port') ?? node.get('port')) : (node.get('port') ?? node.get('tls-port'))) ?? 0);
       if (port === 0) continue;
       const role = node.get('role') === 'master' ? 'master' : 'replica';
       nodes.push({

@@ -223,7 +223,10 @@ export class LockBlocks {
         this.fallBack(outcome.message, block);
         break;
       case 'unexpected':
-        this.port.log.error({ reply: outcome.message, key: describeKey(block.call.key) }, 'cannot interpret the script reply; closing the connection');
+        this.port.log.error(
+          { reply: outcome.message, key: describeKey(block.call.key) },
+          'cannot interpret the script reply; closing the connection',
+        );
         this.port.destroy();
         return;
     }
@@ -232,7 +235,11 @@ export class LockBlocks {
 
   /** The script could not run: the original block goes upstream as the client sent it. */
   private fallBack(message: string, block: PendingBlock): void {
-    const reason = this.noteFallback(message, block, 'lock script could not run; sending the original block unchanged (logged once per connection and reason)');
+    const reason = this.noteFallback(
+      message,
+      block,
+      'lock script could not run; sending the original block unchanged (logged once per connection and reason)',
+    );
     this.settings.stats.blockFallback(block.rule.name, reason);
     this.askAgain(block);
     this.port.writeUpstream(joined(block.held));
@@ -255,7 +262,11 @@ export class LockBlocks {
    * run nothing: the client gets exactly those replies.
    */
   private answerRedirected(reply: Buffer, message: string, block: PendingBlock): void {
-    const reason = this.noteFallback(message, block, 'pipelined lock script redirected by the cluster; answering as Redis answers the block');
+    const reason = this.noteFallback(
+      message,
+      block,
+      'pipelined lock script redirected by the cluster; answering as Redis answers the block',
+    );
     this.settings.stats.blockFallback(block.rule.name, reason);
     this.port.writeClient((this.redirects as BlockRedirects).redirectedBlock(reply));
   }

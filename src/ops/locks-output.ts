@@ -22,7 +22,12 @@ export function table(rows: readonly LockRow[]): string {
   const all = [[...COLUMNS], ...rows.map(rowCells)];
   const widths = COLUMNS.map((_, c) => Math.max(...all.map((line) => line[c].length)));
   return all
-    .map((line) => line.map((cell, c) => (c === line.length - 1 ? cell : cell.padEnd(widths[c]))).join('  ').trimEnd())
+    .map((line) =>
+      line
+        .map((cell, c) => (c === line.length - 1 ? cell : cell.padEnd(widths[c])))
+        .join('  ')
+        .trimEnd(),
+    )
     .join('\n')
     .concat('\n');
 }
@@ -45,7 +50,11 @@ function ttlText(pttl: number): string {
 /** A row as JSON: keys escaped as the table prints them, plus hex. */
 export function rowJson(row: LockRow): Record<string, unknown> {
   const counter =
-    row.counter === undefined ? null : row.counter <= BigInt(Number.MAX_SAFE_INTEGER) && row.counter >= BigInt(Number.MIN_SAFE_INTEGER) ? Number(row.counter) : String(row.counter);
+    row.counter === undefined
+      ? null
+      : row.counter <= BigInt(Number.MAX_SAFE_INTEGER) && row.counter >= BigInt(Number.MIN_SAFE_INTEGER)
+        ? Number(row.counter)
+        : String(row.counter);
   return {
     key: escapeKey(row.key),
     key_hex: row.key.toString('hex'),

@@ -42,7 +42,13 @@ export interface ReleaseOptions {
 }
 
 /** --release KEY...: says what each key is, then deletes it. Exit code 1 when a key is not a lock. */
-export async function releaseNamed(redis: Redis, rules: RuleSet, keys: readonly Buffer[], options: ReleaseOptions, io: Io): Promise<number> {
+export async function releaseNamed(
+  redis: Redis,
+  rules: RuleSet,
+  keys: readonly Buffer[],
+  options: ReleaseOptions,
+  io: Io,
+): Promise<number> {
   const out = (text: string, record: Record<string, unknown>) => printResult(io, options.json, text, record);
   let failed = 0;
   const targets: Buffer[] = [];

@@ -34,17 +34,18 @@ interface Progress {
 }
 
 /** Verifies every rule in `enforce` through the proxy, within `proxy.timeoutMs` in all. */
-export function verifyRules(proxy: ProxyEndpoint, rules: RuleSet, enforce: readonly Rule[], verbose: (line: string) => void): Promise<Outcome> {
+export function verifyRules(
+  proxy: ProxyEndpoint,
+  rules: RuleSet,
+  enforce: readonly Rule[],
+  verbose: (line: string) => void,
+): Promise<Outcome> {
   const progress: Progress = { step: 'connecting' };
   return withDeadline(proxy.timeoutMs, progress, (signal) => verifyAll(proxy, rules, enforce, signal, progress, verbose));
 }
 
 /** Runs `work` with an overall deadline; `signal` aborts when the deadline passes. */
-async function withDeadline(
-  timeoutMs: number,
-  progress: Progress,
-  work: (signal: AbortSignal) => Promise<Outcome>,
-): Promise<Outcome> {
+async function withDeadline(timeoutMs: number, progress: Progress, work: (signal: AbortSignal) => Promise<Outcome>): Promise<Outcome> {
   const controller = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<Outcome>((resolve) => {
@@ -165,9 +166,7 @@ async function verifyRule(
     }
     const second = await lockAttempt(redis, key);
     const pttl = await redis.pttl(key);
-    verbose(
-      `rule ${rule.name}: attempt 2: counter ${second.counter}, expiry applied ${second.expirySet}, pttl ${pttl} ms`,
-    );
+    verbose(`rule ${rule.name}: attempt 2: counter ${second.counter}, expiry applied ${second.expirySet}, pttl ${pttl} ms`);
     if (second.expirySet !== 0 || pttl > LOWERED_PTTL_MS) {
       throw new RuleFailure(
         rule.name,
@@ -178,8 +177,7 @@ async function verifyRule(
     if (second.counter !== 2) {
       throw new RuleFailure(
         rule.name,
-        `second attempt on scratch key ${shown} returned counter ${second.counter} (expected 2): ` +
-          'something else wrote to it',
+        `second attempt on scratch key ${shown} returned counter ${second.counter} (expected 2): ` + 'something else wrote to it',
       );
     }
     if (pttl < 0) {

@@ -45,7 +45,10 @@ export async function servedSlots(redis: Redis, verbose: (line: string) => void)
 /** A scratch key for `rule` that does not exist yet (and, in a cluster, that the node serves). */
 export async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule, slots: SlotRanges | null): Promise<Buffer> {
   if (slots !== null && slots.length === 0) {
-    throw new RuleFailure(rule.name, 'the cluster node behind this address serves no slots (a replica?): verify through the seed listener or a master\'s');
+    throw new RuleFailure(
+      rule.name,
+      "the cluster node behind this address serves no slots (a replica?): verify through the seed listener or a master's",
+    );
   }
   for (let round = 0; round < (slots === null ? KEY_ROUNDS : CLUSTER_KEY_CANDIDATES); round++) {
     const key = scratchKeyFor(rules, rule);
@@ -63,7 +66,10 @@ export async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule,
     }
     if ((await redis.exists(key)) === 0) return key;
   }
-  throw new RuleFailure(rule.name, 'cannot build a scratch key: every candidate key already exists (or, in a cluster, is served elsewhere)');
+  throw new RuleFailure(
+    rule.name,
+    'cannot build a scratch key: every candidate key already exists (or, in a cluster, is served elsewhere)',
+  );
 }
 
 /** A layout without a variable part has one key only: the live lock itself. */
@@ -81,7 +87,9 @@ export function scratchKeyFor(rules: RuleSet, rule: Rule): Buffer | undefined {
   const layout = rule.key;
   if (layout !== undefined) {
     for (let round = 0; round < KEY_ROUNDS; round++) {
-      const values = new Map(layout.parts.flatMap((part) => (part.type === 'literal' ? [] : [[part.name, scratchValue(part.type, part.length)] as const])));
+      const values = new Map(
+        layout.parts.flatMap((part) => (part.type === 'literal' ? [] : [[part.name, scratchValue(part.type, part.length)] as const])),
+      );
       const key = buildKey(layout, values);
       if (rules.match(key) === rule) return key;
     }
@@ -124,7 +132,10 @@ function scratchValue(type: Exclude<KeyLayout['parts'][number]['type'], 'literal
 /** "rlp-verify" (cut so at least 4 bytes stay random) + random lowercase letters and digits. */
 function taggedFiller(length: number): Buffer {
   const tagLength = Math.min(SCRATCH_TAG.length, Math.max(0, length - 4));
-  return Buffer.concat([Buffer.from(SCRATCH_TAG.slice(0, tagLength)), randomFrom('abcdefghijklmnopqrstuvwxyz0123456789', length - tagLength)]);
+  return Buffer.concat([
+    Buffer.from(SCRATCH_TAG.slice(0, tagLength)),
+    randomFrom('abcdefghijklmnopqrstuvwxyz0123456789', length - tagLength),
+  ]);
 }
 
 function digitFiller(length: number): Buffer {

@@ -108,10 +108,8 @@ export async function run(argv: string[], io: Io): Promise<number> {
   if (outcome.kind === 'ok') {
     for (const rule of observe) verbose(`rule ${rule.name}: observe (not verified)`);
     for (const rule of untouched) verbose(`rule ${rule.name}: its only key is a live lock (not touched)`);
-    const observed =
-      observe.length > 0 ? `; observe (not verified): ${observe.map((r) => r.name).join(', ')}` : '';
-    const fixed =
-      untouched.length > 0 ? `; fixed key, not touched: ${untouched.map((r) => r.name).join(', ')}` : '';
+    const observed = observe.length > 0 ? `; observe (not verified): ${observe.map((r) => r.name).join(', ')}` : '';
+    const fixed = untouched.length > 0 ? `; fixed key, not touched: ${untouched.map((r) => r.name).join(', ')}` : '';
     const releases = releasesText(rules);
     io.stdout(
       `verify: OK: ${enforce.length} rule(s) enforce the fix through ${where}` +

@@ -3,19 +3,15 @@
  * half-close both ways, shutdown, idle timeout), flow control, and the loop over client chunks.
  *
  * Client to server: bytes go upstream as they arrive, in order; frames are classified from
- * their heads once those are complete (TransactionState follows MULTI/WATCH), but forwarding
- * never waits to learn them. The one exception is a MULTI that may start a lock block: its
- * bytes and the block's are held by LockBlocks (lock/block-flow.ts), which rewrites a complete
- * one into one script call and releases anything else verbatim.
+ * their heads once those are complete (TransactionState), but forwarding never waits to learn
+ * them. Only a MULTI that may start a lock block is held, by LockBlocks (lock/block-flow.ts).
+ * While a command of the proxy's own is in flight (the script, or the upstream URL's AUTH/SELECT
+ * at connect and after RESET), client bytes wait, so Redis executes everything in the order
+ * the client sent it, also when the script cannot run.
  *
- * While a command of the proxy's own is in flight (the script, or AUTH/SELECT from the upstream
- * URL at connect and after RESET), nothing after it is forwarded: client bytes wait. Redis then
- * executes everything in the order the client sent it, also when the script cannot run.
- *
- * Server to client: ReplyStream counts replies against what was forwarded and takes the proxy's
- * own aside. When counting would be uncertain (subscribe mode, MONITOR, CLIENT REPLY,
- * replication, malformed input), the session becomes a plain pipe for the rest of the
- * connection. In front of a cluster, NodeReplies (cluster/) rewrites the replies that name nodes.
+ * Server to client: ReplyStream counts replies and takes the proxy's own aside. When counting
+ * would be uncertain (subscribe mode, MONITOR, CLIENT REPLY, replication, malformed input), the
+ * connection is a plain pipe from then on. With --cluster, NodeReplies rewrites node addresses.
  */
 import type net from 'node:net';
 import { formatAddress } from '../address.js';
@@ -51,7 +47,7 @@ export class Session implements LockBlockPort, ReplyStreamPort {
   private piping = false;
   private connected = false;
   private closed = false;
-  private connectStarted = 0;
+  private readonly connectStarted = performance.now();
   /** Shutting down: close as soon as nothing is in flight. */
   private draining = false;
   /**
@@ -79,7 +75,6 @@ export class Session implements LockBlockPort, ReplyStreamPort {
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
     this.toClient = new WriteBatch(client, (bytes) => this.sendClient(bytes));
-    this.connectStarted = performance.now();
     const { socket, readyEvent, address } = ctx.upstream.connect();
     this.upstream = socket;
     this.upstreamAddress = address;
@@ -122,7 +117,10 @@ export class Session implements LockBlockPort, ReplyStreamPort {
   /** This connection's logger, made on first use: most connections never log, and child loggers cost memory. */
   get log(): Logger {
     const { remoteAddress, remotePort } = this.client;
-    this.logger ??= this.ctx.log.child({ conn: this.id, client: remoteAddress === undefined ? 'local' : formatAddress(remoteAddress, remotePort ?? 0) });
+    this.logger ??= this.ctx.log.child({
+      conn: this.id,
+      client: remoteAddress === undefined ? 'local' : formatAddress(remoteAddress, remotePort ?? 0),
+    });
     return this.logger;
   }
 
@@ -279,7 +277,7 @@ export class Session implements LockBlockPort, ReplyStreamPort {
     else this.upstream.resume();
   }
 
-  // -------------------------------------- for LockBlocks and ReplyStream (their ports)
+  // ------------------------------- what LockBlocks and ReplyStream ask (their ports)
 
   blockSent(frames: number, complete: boolean): void {
     this.replies.expect(frames);

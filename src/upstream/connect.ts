@@ -41,7 +41,8 @@ export class UpstreamConnector {
     if (this.target.path !== undefined) {
       return { socket: net.connect({ path: this.target.path, allowHalfOpen: true }), readyEvent: 'connect', address: this.target.path };
     }
-    const { host, port } = this.locator !== null ? this.locator.locate() : { host: this.target.host as string, port: this.target.port ?? DEFAULT_PORT };
+    const { host, port } =
+      this.locator !== null ? this.locator.locate() : { host: this.target.host as string, port: this.target.port ?? DEFAULT_PORT };
     const address = formatAddress(host, port);
     if (this.tlsOptions === null) {
       const socket = net.connect({ host, port, allowHalfOpen: true, noDelay: true, keepAlive: true });

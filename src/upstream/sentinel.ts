@@ -87,10 +87,7 @@ interface Link {
   lastError?: string;
 }
 
-type Answer =
-  | { kind: 'master'; address: MasterAddress; epoch?: number }
-  | { kind: 'no-master' }
-  | { kind: 'failed'; reason: string };
+type Answer = { kind: 'master'; address: MasterAddress; epoch?: number } | { kind: 'no-master' } | { kind: 'failed'; reason: string };
 
 export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   private readonly links: Link[];
@@ -188,7 +185,12 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
         this.knownEpoch = answer.epoch;
         this.started = true;
         this.log.info(
-          { sentinelMaster: this.masterName, sentinel: link.address, master: formatAddress(answer.address.host, answer.address.port), epoch: answer.epoch },
+          {
+            sentinelMaster: this.masterName,
+            sentinel: link.address,
+            master: formatAddress(answer.address.host, answer.address.port),
+            epoch: answer.epoch,
+          },
           'sentinel: master found',
         );
         // The remaining answers only matter for reachability logging.
@@ -319,7 +321,9 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   private async applyEvent(link: Link, to: MasterAddress): Promise<void> {
     // The sentinel's epoch is already the new one when it publishes the
     // event; knowing it lets later polls recognise lagging sentinels.
-    const epoch = await withTimeout(queryEpoch(link.cmd, this.masterName), EVENT_EPOCH_TIMEOUT_MS, this.aborter.signal).catch(() => undefined);
+    const epoch = await withTimeout(queryEpoch(link.cmd, this.masterName), EVENT_EPOCH_TIMEOUT_MS, this.aborter.signal).catch(
+      () => undefined,
+    );
     if (this.closed) return;
     if (sameAddress(to, this.current)) {
       if (epoch !== undefined && (this.knownEpoch === undefined || epoch > this.knownEpoch)) this.knownEpoch = epoch;
@@ -335,7 +339,13 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     this.generation++;
     this.staleRounds = 0;
     this.log.info(
-      { sentinelMaster: this.masterName, from: formatAddress(from.host, from.port), to: formatAddress(to.host, to.port), cause, epoch: this.knownEpoch },
+      {
+        sentinelMaster: this.masterName,
+        from: formatAddress(from.host, from.port),
+        to: formatAddress(to.host, to.port),
+        cause,
+        epoch: this.knownEpoch,
+      },
       'sentinel: master switched',
     );
     this.emit('switch', from, this.current);
@@ -389,7 +399,13 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     const stale = best.epoch !== undefined && this.knownEpoch !== undefined && best.epoch < this.knownEpoch;
     if (stale && ++this.staleRounds < STALE_ROUNDS_BEFORE_ACCEPT) {
       this.log.debug(
-        { sentinelMaster: this.masterName, sentinel: best.sentinel, reported: formatAddress(best.address.host, best.address.port), epoch: best.epoch, knownEpoch: this.knownEpoch },
+        {
+          sentinelMaster: this.masterName,
+          sentinel: best.sentinel,
+          reported: formatAddress(best.address.host, best.address.port),
+          epoch: best.epoch,
+          knownEpoch: this.knownEpoch,
+        },
         'sentinel: ignoring a master from an older configuration epoch',
       );
       return;

@@ -89,7 +89,14 @@ export function parseUpstreamUrl(text: string): UpstreamTarget {
       if (socketUser !== undefined && socketPassword === undefined) {
         throw new ConfigError(`upstream URL ${display}: a user name needs a password (?user=U&password=P)`);
       }
-      return { display, path: decode(url.pathname, 'socket path', display), username: socketUser, password: socketPassword, db, tls: false };
+      return {
+        display,
+        path: decode(url.pathname, 'socket path', display),
+        username: socketUser,
+        password: socketPassword,
+        db,
+        tls: false,
+      };
     }
     default:
       throw new ConfigError(`upstream URL ${display}: unsupported scheme "${url.protocol}" (use redis://, rediss:// or unix://)`);
@@ -100,7 +107,9 @@ export function parseUpstreamUrl(text: string): UpstreamTarget {
 export function setupCommands(target: UpstreamTarget): Buffer[] {
   const commands: Buffer[] = [];
   if (target.password !== undefined) {
-    commands.push(target.username !== undefined ? encodeCommand('AUTH', target.username, target.password) : encodeCommand('AUTH', target.password));
+    commands.push(
+      target.username !== undefined ? encodeCommand('AUTH', target.username, target.password) : encodeCommand('AUTH', target.password),
+    );
   }
   if (target.db !== 0) commands.push(encodeCommand('SELECT', String(target.db)));
   return commands;

@@ -309,7 +309,9 @@ function counter(metrics: string, name: string): number {
 async function proxyConnections(proxy: ClusterProxy): Promise<{ upstream: number; clients: number }> {
   const metrics = await getMetrics(proxy.adminPort);
   return {
-    upstream: counter(metrics, 'redis_lock_proxy_upstream_connect_seconds_count') + counter(metrics, 'redis_lock_proxy_cluster_topology_refreshes_total'),
+    upstream:
+      counter(metrics, 'redis_lock_proxy_upstream_connect_seconds_count') +
+      counter(metrics, 'redis_lock_proxy_cluster_topology_refreshes_total'),
     clients: counter(metrics, 'redis_lock_proxy_connections_total'),
   };
 }

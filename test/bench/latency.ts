@@ -48,10 +48,7 @@ export function runLatency(options: LatencyOptions): Promise<LatencyResults> {
 
 const KEY = 'bench:latency';
 const SET = Buffer.from(`*3\r\n$3\r\nSET\r\n$${KEY.length}\r\n${KEY}\r\n$32\r\n${'x'.repeat(32)}\r\n`);
-const REQUESTS = [
-  Buffer.from('*1\r\n$4\r\nPING\r\n'),
-  Buffer.from(`*2\r\n$3\r\nGET\r\n$${KEY.length}\r\n${KEY}\r\n`),
-];
+const REQUESTS = [Buffer.from('*1\r\n$4\r\nPING\r\n'), Buffer.from(`*2\r\n$3\r\nGET\r\n$${KEY.length}\r\n${KEY}\r\n`)];
 
 /** Nearest-rank percentile of sorted samples. */
 export function percentile(sorted: Float64Array, p: number): number {
@@ -73,7 +70,6 @@ function summarize(samples: Float64Array): LatencyResult {
     roundTrips: samples.length,
   };
 }
-
 
 async function measure(options: LatencyOptions): Promise<LatencyResults> {
   const { targets, warmup, roundTrips } = options;

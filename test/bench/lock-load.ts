@@ -211,7 +211,6 @@ class Connection {
   }
 }
 
-
 /** Worker side: the load itself. */
 async function lockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
   const to = destinations(options);

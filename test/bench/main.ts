@@ -26,15 +26,7 @@ import path from 'node:path';
 import process from 'node:process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
-import {
-  bypassing,
-  startCluster,
-  startClusterProxy,
-  withRouting,
-  type BenchCluster,
-  type ClusterProxy,
-  type Shard,
-} from './cluster.js';
+import { bypassing, startCluster, startClusterProxy, withRouting, type BenchCluster, type ClusterProxy, type Shard } from './cluster.js';
 import { runLatency } from './latency.js';
 import { runLockLoad, type LockLoadResult } from './lock-load.js';
 import { filesNeeded, idleConnections, readProcMemory, slowReader, type StreamOptions } from './memory.js';
@@ -379,7 +371,13 @@ async function warmUp(tools: Tools, profile: Profile, targets: LoadTarget[], loc
   const t0 = Date.now();
   for (const target of targets) {
     const cluster = target.shards !== undefined;
-    await runRedisBenchmark(tools.redisBenchmark, { port: target.port, requests: profile.warmupRequests, pipeline: 16, clients: CLIENTS, cluster });
+    await runRedisBenchmark(tools.redisBenchmark, {
+      port: target.port,
+      requests: profile.warmupRequests,
+      pipeline: 16,
+      clients: CLIENTS,
+      cluster,
+    });
   }
   for (const target of lockTargets) {
     const { port, shards } = target;
@@ -506,7 +504,13 @@ async function startClusterTargets(tools: Tools, redisCli: string, dir: string, 
 }
 
 /** Both throughput loads against both cluster targets, round after round; each redis-benchmark run with its routing check. */
-async function runClusterRounds(tools: Tools, setup: ClusterSetup, running: Managed[], profile: Profile, results: ClusterResults): Promise<void> {
+async function runClusterRounds(
+  tools: Tools,
+  setup: ClusterSetup,
+  running: Managed[],
+  profile: Profile,
+  results: ClusterResults,
+): Promise<void> {
   for (let round = 1; round <= profile.rounds; round++) {
     const tag = `[cluster round ${round}/${profile.rounds}]`;
     for (const p of PIPELINES) {

@@ -270,7 +270,8 @@ export function command(...args: (string | Buffer)[]): Buffer {
 
 /** The text of a bulk string reply (INFO, CLUSTER NODES, ...); anything else, an error reply above all, throws. */
 export function bulkText(reply: string): string {
-  if (!reply.startsWith('$') || reply.startsWith('$-1')) throw new Error(`expected a bulk string, got ${JSON.stringify(reply.slice(0, 200))}`);
+  if (!reply.startsWith('$') || reply.startsWith('$-1'))
+    throw new Error(`expected a bulk string, got ${JSON.stringify(reply.slice(0, 200))}`);
   return reply.slice(reply.indexOf('\r\n') + 2, -2);
 }
 

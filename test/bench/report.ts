@@ -139,7 +139,14 @@ export interface Verdict {
 
 type Op = '>=' | '<=' | '<';
 
-function check(target: string, value: number | undefined | null, op: Op, threshold: number, format: (v: number) => string, missing: string): Verdict {
+function check(
+  target: string,
+  value: number | undefined | null,
+  op: Op,
+  threshold: number,
+  format: (v: number) => string,
+  missing: string,
+): Verdict {
   if (value === undefined || value === null || !Number.isFinite(value)) {
     return { target, status: 'SKIP', value: null, threshold, detail: missing };
   }
@@ -198,7 +205,10 @@ const fixed = (digits: number) => (v: number) => v.toFixed(digits);
 function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]): string =>
-    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ').trimEnd();
+    cells
+      .map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i])))
+      .join('  ')
+      .trimEnd();
   return [line(header), ...rows.map(line)].map((l) => '  ' + l).join('\n');
 }
 
@@ -272,7 +282,9 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
   out.push(table(['load', ...targets, 'proxy/direct', 'proxy/haproxy', 'proxy/nutcracker', ...vsBaseline], ptRows));
 
   out.push('');
-  out.push(`Lock acquisition: ${ctx.lockConnections} connections, 1 request in 5 a Stalwart lock block (counted as 1), requests/s, ${rounds}`);
+  out.push(
+    `Lock acquisition: ${ctx.lockConnections} connections, 1 request in 5 a Stalwart lock block (counted as 1), requests/s, ${rounds}`,
+  );
   out.push('  (direct runs the block as sent; the proxy rewrites it; pipelined: the proxy with --lock-pipelining;');
   out.push('   nutcracker does not support MULTI)');
   out.push(
@@ -361,7 +373,7 @@ function renderCluster(c: ClusterResults, m: LoadMedians, ctx: ReportContext, ro
   if (c.missing?.skipped) return [...out, `  skipped: ${c.missing.reason}`];
   out.push(
     `  (redis-benchmark --cluster, ${ctx.clients} clients: direct is seeded with a master, proxy with the --listen port of`,
-    '   the proxy in cluster mode; lock: the lock load, each connection to the master, or the proxy\'s listener for the',
+    "   the proxy in cluster mode; lock: the lock load, each connection to the master, or the proxy's listener for the",
     `   master, that serves its keys, ${ctx.lockConnections} connections)`,
   );
   if (c.missing) out.push(`  FAILED: ${c.missing.reason} (all of it in the bench's log, on stderr)`);
@@ -372,11 +384,13 @@ function renderCluster(c: ClusterResults, m: LoadMedians, ctx: ReportContext, ro
     const r = ratioOf(v('proxy'), v('direct'));
     return r === undefined ? '-' : r.toFixed(2);
   };
-  const row = (label: string, v: (name: TargetName) => number | undefined): string[] => [label, figure(v('direct')), figure(v('proxy')), ratio(v)];
-  const rows = [
-    ...perTest(m.passThrough, row),
-    ...PIPELINES.map((p) => row(`lock ${p.toUpperCase()}`, (name) => m.lock[p][name])),
+  const row = (label: string, v: (name: TargetName) => number | undefined): string[] => [
+    label,
+    figure(v('direct')),
+    figure(v('proxy')),
+    ratio(v),
   ];
+  const rows = [...perTest(m.passThrough, row), ...PIPELINES.map((p) => row(`lock ${p.toUpperCase()}`, (name) => m.lock[p][name]))];
   out.push(table(['load', 'direct', 'proxy', 'proxy/direct'], rows));
   const lockErrors = errorReplies(c);
   if (lockErrors > 0) out.push(`  WARNING: ${lockErrors} error replies during the cluster lock loads`);
@@ -403,6 +417,7 @@ function renderCluster(c: ClusterResults, m: LoadMedians, ctx: ReportContext, ro
     `    direct:            the nodes accepted ${total(direct, (r) => r.atNodes)}, ${total(direct, bypassing)} of them not opened by the proxy`,
   );
   const bypassed = proxy.reduce((s, r) => s + bypassing(r), 0);
-  if (bypassed > 0) out.push(`  WARNING: ${bypassed} connections reached the nodes around the proxy in the proxy runs: those figures are not the proxy's`);
+  if (bypassed > 0)
+    out.push(`  WARNING: ${bypassed} connections reached the nodes around the proxy in the proxy runs: those figures are not the proxy's`);
   return out;
 }

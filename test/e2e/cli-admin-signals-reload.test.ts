@@ -112,7 +112,10 @@ describe('admin endpoints', () => {
     const down = await freePort();
     const port = await freePort();
     const adminPort = await freePort();
-    const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', `redis://127.0.0.1:${down}`, '--admin-listen', `127.0.0.1:${adminPort}`], cleanEnv());
+    const cli = new Cli(
+      ['--listen', `127.0.0.1:${port}`, '--upstream', `redis://127.0.0.1:${down}`, '--admin-listen', `127.0.0.1:${adminPort}`],
+      cleanEnv(),
+    );
     try {
       await cli.waitForLog('redis-lock-proxy listening');
       const ready = await fetch(`http://127.0.0.1:${adminPort}/readyz`);
@@ -132,7 +135,10 @@ describe('signals', () => {
     const TRIES = 16;
     const outcomes = await Promise.all(
       Array.from({ length: TRIES }, async () => {
-        const cli = new Cli(['--listen', `127.0.0.1:${await freePort()}`, '--upstream', redis.url, '--admin-listen', 'off', '--rules', rules], cleanEnv());
+        const cli = new Cli(
+          ['--listen', `127.0.0.1:${await freePort()}`, '--upstream', redis.url, '--admin-listen', 'off', '--rules', rules],
+          cleanEnv(),
+        );
         try {
           await cli.waitForLog('redis-lock-proxy listening');
           cli.kill('SIGHUP');

@@ -39,7 +39,6 @@ afterAll(async () => {
 // Running the CLI
 // ---------------------------------------------------------------------------
 
-
 function writeTmp(name: string, text: string): string {
   const file = path.join(tmp, name);
   writeFileSync(file, text);
@@ -57,7 +56,15 @@ describe('help and version', () => {
       expect(exit.code).toBe(0);
       expect(exit.stderr).toBe('');
       expect(exit.stdout).toMatch(/^Usage: redis-lock-proxy \[options\]/);
-      for (const option of ['--listen', '--upstream', '--rules', '--hold-ms', '--connect-timeout-ms', '--log-level', 'REDIS_LOCK_PROXY_UPSTREAM']) {
+      for (const option of [
+        '--listen',
+        '--upstream',
+        '--rules',
+        '--hold-ms',
+        '--connect-timeout-ms',
+        '--log-level',
+        'REDIS_LOCK_PROXY_UPSTREAM',
+      ]) {
         expect(exit.stdout).toContain(option);
       }
     }
@@ -118,7 +125,10 @@ describe('running', () => {
 
   it('is configured the same way by REDIS_LOCK_PROXY_* environment variables', async () => {
     const port = await freePort();
-    const rules = writeTmp('env-rules.yaml', 'rules:\n  - name: env-lock\n    prefix: "lock:"\n  - name: env-watch\n    prefix: "watch:"\n    mode: observe\n');
+    const rules = writeTmp(
+      'env-rules.yaml',
+      'rules:\n  - name: env-lock\n    prefix: "lock:"\n  - name: env-watch\n    prefix: "watch:"\n    mode: observe\n',
+    );
     const cli = new Cli(
       [],
       cleanEnv({
@@ -154,7 +164,10 @@ describe('running', () => {
 
   it('--stalwart loads the rules of that release only, and says so', async () => {
     const port = await freePort();
-    const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off', '--stalwart', '0.12.5'], cleanEnv());
+    const cli = new Cli(
+      ['--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off', '--stalwart', '0.12.5'],
+      cleanEnv(),
+    );
     try {
       expect(await cli.waitForLog('redis-lock-proxy listening')).toMatchObject({
         ruleFiles: [path.join(SHIPPED, '0.12.5.yaml')],
@@ -162,10 +175,14 @@ describe('running', () => {
         enforce: 13,
       });
       const purge = Buffer.from([0x14, 0, 0, 0, 9]);
-      expect(await exchange(port, Buffer.concat([lockAttempt(purge, 3600), lockAttempt(purge, 3600)]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+      expect(await exchange(port, Buffer.concat([lockAttempt(purge, 3600), lockAttempt(purge, 3600)]), 8)).toBe(
+        attemptReplies(1, 1) + attemptReplies(2, 0),
+      );
       // Not a lock of 0.12.5: a 0.16 task lock goes through as sent (the loser re-arms it).
       const task = taskLockKey(77n);
-      expect(await exchange(port, Buffer.concat([lockAttempt(task, 3600), lockAttempt(task, 3600)]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 1));
+      expect(await exchange(port, Buffer.concat([lockAttempt(task, 3600), lockAttempt(task, 3600)]), 8)).toBe(
+        attemptReplies(1, 1) + attemptReplies(2, 1),
+      );
     } finally {
       cli.kill('SIGTERM');
       await cli.stop();
@@ -196,7 +213,11 @@ describe('running', () => {
       const client = await RawClient.connect(port);
       client.write(cmd('PING'));
       const got = (await client.readUntilClosed()).toString('latin1');
-      expect(got).toMatch(new RegExp(`^-ERR redis-lock-proxy: upstream redis://:\\*\\*\\*@127\\.0\\.0\\.1:${deadPort} is unreachable: .*ECONNREFUSED.*\\r\\n$`));
+      expect(got).toMatch(
+        new RegExp(
+          `^-ERR redis-lock-proxy: upstream redis://:\\*\\*\\*@127\\.0\\.0\\.1:${deadPort} is unreachable: .*ECONNREFUSED.*\\r\\n$`,
+        ),
+      );
       const warning = await cli.waitForLog('upstream unreachable');
       expect(warning).toMatchObject({ level: 40, upstream: `redis://:***@127.0.0.1:${deadPort}` });
       expect(cli.stdout).not.toContain(':pw@');
@@ -290,7 +311,9 @@ describe('startup failures', () => {
   it('a bad upstream URL: exit 2 with a clear message', async () => {
     const scheme = await runCli(['--upstream', 'http://cache:6380']);
     expect(scheme.code).toBe(2);
-    expect(scheme.stderr).toBe('redis-lock-proxy: upstream URL http://cache:6380/: unsupported scheme "http:" (use redis://, rediss:// or unix://)\n');
+    expect(scheme.stderr).toBe(
+      'redis-lock-proxy: upstream URL http://cache:6380/: unsupported scheme "http:" (use redis://, rediss:// or unix://)\n',
+    );
 
     const tlsWithoutRediss = await runCli(['--upstream', 'redis://cache:6380', '--upstream-insecure']);
     expect(tlsWithoutRediss.code).toBe(2);
@@ -298,7 +321,9 @@ describe('startup failures', () => {
 
     const garbage = await runCli(['--upstream', 'cache:6379x']);
     expect(garbage.code).toBe(2);
-    expect(garbage.stderr).toMatch(/^redis-lock-proxy: upstream URL "cache:6379x" is not a valid URL|^redis-lock-proxy: upstream URL cache:6379x: unsupported scheme/);
+    expect(garbage.stderr).toMatch(
+      /^redis-lock-proxy: upstream URL "cache:6379x" is not a valid URL|^redis-lock-proxy: upstream URL cache:6379x: unsupported scheme/,
+    );
 
     const noPassword = await runCli([], { REDIS_LOCK_PROXY_UPSTREAM: 'redis://alice@cache' });
     expect(noPassword.code).toBe(2);

@@ -40,7 +40,9 @@ describe('cluster-preferred-endpoint-type hostname', () => {
   it('replaces the host name in -MOVED, CLUSTER SLOTS and NODES with the announce host and listener ports', async () => {
     const { asked, owner, key, slot } = await misdirected(f.cluster);
     expect(await exchange(asked.port, cmd('GET', key), 1)).toBe(`-MOVED ${slot} localhost:${owner.port}\r\n`);
-    expect(await exchange(listenerOf(f.proxy, asked.port), cmd('GET', key), 1)).toBe(`-MOVED ${slot} localhost:${listenerOf(f.proxy, owner.port)}\r\n`);
+    expect(await exchange(listenerOf(f.proxy, asked.port), cmd('GET', key), 1)).toBe(
+      `-MOVED ${slot} localhost:${listenerOf(f.proxy, owner.port)}\r\n`,
+    );
 
     const client = await RawClient.connect(f.proxy.port);
     const slots = await client.call('CLUSTER', 'SLOTS');
@@ -58,7 +60,8 @@ describe('cluster-preferred-endpoint-type hostname', () => {
       for (let i = 0; i < 50; i++) await client.set(`h:${i}`, String(i));
       expect(await client.get('h:49')).toBe('49');
       const listeners = new Set(f.proxy.cluster.nodes().map((n) => n.listenPort));
-      for (const node of client.nodes('all')) expect(listeners.has(Number(node.options.port)) || node.options.port === f.proxy.port).toBe(true);
+      for (const node of client.nodes('all'))
+        expect(listeners.has(Number(node.options.port)) || node.options.port === f.proxy.port).toBe(true);
     } finally {
       client.disconnect();
     }
@@ -73,7 +76,9 @@ describe('cluster-preferred-endpoint-type unknown-endpoint', () => {
   it('keeps the empty host in -MOVED and the null host in CLUSTER SLOTS, with listener ports', async () => {
     const { asked, owner, key, slot } = await misdirected(f.cluster);
     expect(await exchange(asked.port, cmd('GET', key), 1)).toBe(`-MOVED ${slot} :${owner.port}\r\n`);
-    expect(await exchange(listenerOf(f.proxy, asked.port), cmd('GET', key), 1)).toBe(`-MOVED ${slot} :${listenerOf(f.proxy, owner.port)}\r\n`);
+    expect(await exchange(listenerOf(f.proxy, asked.port), cmd('GET', key), 1)).toBe(
+      `-MOVED ${slot} :${listenerOf(f.proxy, owner.port)}\r\n`,
+    );
     expect(await exchange(listenerOf(f.proxy, asked.port), lockAttempt(key, 60), 4)).toBe(
       `+OK\r\n-MOVED ${slot} :${listenerOf(f.proxy, owner.port)}\r\n-MOVED ${slot} :${listenerOf(f.proxy, owner.port)}\r\n-EXECABORT Transaction discarded because of previous errors.\r\n`,
     );

@@ -8,7 +8,14 @@ import net from 'node:net';
 import { Cluster, type ClusterOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
-import { expectLockFixedOnEveryMaster, expectNoDirectConnection, keyOn, listenerOf, socketsOf, waitForListeners } from '../support/cluster-checks.js';
+import {
+  expectLockFixedOnEveryMaster,
+  expectNoDirectConnection,
+  keyOn,
+  listenerOf,
+  socketsOf,
+  waitForListeners,
+} from '../support/cluster-checks.js';
 import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
 import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
 import { freePort, freePortRange, startRedis, type RedisServer } from '../support/redis.js';
@@ -41,7 +48,10 @@ function listenerPorts(): Set<number> {
 
 /** A redirect as Redis sends it from a real node, with the real port replaced by its proxy listener. */
 function viaProxy(text: string): string {
-  return text.replace(/(MOVED|ASK) (\d+) 127\.0\.0\.1:(\d+)/g, (_, kind: string, slot: string, port: string) => `${kind} ${slot} 127.0.0.1:${proxyPortOf(Number(port))}`);
+  return text.replace(
+    /(MOVED|ASK) (\d+) 127\.0\.0\.1:(\d+)/g,
+    (_, kind: string, slot: string, port: string) => `${kind} ${slot} 127.0.0.1:${proxyPortOf(Number(port))}`,
+  );
 }
 
 async function newClusterClient(options: ClusterOptions = {}): Promise<Cluster> {
@@ -70,13 +80,17 @@ async function handOver(slot: number, from: { port: number; id: string }, to: { 
   await send(to.port, 'CLUSTER', 'SETSLOT', String(slot), 'IMPORTING', from.id);
   await send(from.port, 'CLUSTER', 'SETSLOT', String(slot), 'MIGRATING', to.id);
   for (;;) {
-    const keys = [...(await send(from.port, 'CLUSTER', 'GETKEYSINSLOT', String(slot), '100')).matchAll(/\$\d+\r\n([^\r]*)\r\n/g)].map((m) => m[1]);
+    const keys = [...(await send(from.port, 'CLUSTER', 'GETKEYSINSLOT', String(slot), '100')).matchAll(/\$\d+\r\n([^\r]*)\r\n/g)].map(
+      (m) => m[1],
+    );
     if (keys.length === 0) break;
     await send(from.port, 'MIGRATE', '127.0.0.1', String(to.port), '', '0', '2000', 'KEYS', ...keys);
   }
   await send(to.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id);
   // A master that gives away its last slot becomes a replica of the taker (cluster-allow-replica-migration): then it refuses SETSLOT.
-  await send(from.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id).catch((err: Error) => expect(err.message).toMatch(/only with masters/));
+  await send(from.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id).catch((err: Error) =>
+    expect(err.message).toMatch(/only with masters/),
+  );
   for (const node of await cluster.masters()) await send(node.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id);
 }
 
@@ -100,7 +114,8 @@ describe('cluster mode: what clients learn', () => {
       await client.close();
 
       for (const text of [slots, shards, nodes, replicas]) {
-        for (const port of realPorts()) expect(text, `real port ${port} in a reply`).not.toMatch(new RegExp(`[:\\n]${port}\\r?\\n|:${port}@`));
+        for (const port of realPorts())
+          expect(text, `real port ${port} in a reply`).not.toMatch(new RegExp(`[:\\n]${port}\\r?\\n|:${port}@`));
       }
       // Every node appears with its listener port.
       const nodePorts = [...nodes.matchAll(/127\.0\.0\.1:(\d+)@/g)].map((m) => Number(m[1]));
@@ -147,7 +162,10 @@ describe('cluster mode: what clients learn', () => {
     await cluster.command(first, 'SET', here, 'v'.repeat(21));
     // About half the bytes are -MOVED lines, so most of the reads the proxy makes end inside one.
     const pipeline = Buffer.concat(Array.from({ length: 40_000 }, (_, i) => cmd('GET', i % 3 === 0 ? here : there)));
-    const [direct, proxied] = await Promise.all([exchange(first.port, pipeline, 40_000), exchange(proxyPortOf(first.port), pipeline, 40_000)]);
+    const [direct, proxied] = await Promise.all([
+      exchange(first.port, pipeline, 40_000),
+      exchange(proxyPortOf(first.port), pipeline, 40_000),
+    ]);
     expect(proxied.length).toBeGreaterThan(1_000_000);
     expect(proxied === viaProxy(direct)).toBe(true);
   });
@@ -176,7 +194,17 @@ describe('cluster mode: what clients learn', () => {
     await everyNode('SETUSER', 'no-shards', 'on', '>pw', '~*', '&*', '+@all', '-cluster|shards');
     const limited = await startClusterTestProxy({ upstream: `redis://no-shards:pw@127.0.0.1:${cluster.nodes[0].port}` });
     try {
-      expect(limited.cluster.nodes().map((n) => n.address).sort()).toEqual(proxy.cluster.nodes().map((n) => n.address).sort());
+      expect(
+        limited.cluster
+          .nodes()
+          .map((n) => n.address)
+          .sort(),
+      ).toEqual(
+        proxy.cluster
+          .nodes()
+          .map((n) => n.address)
+          .sort(),
+      );
       expect(limited.cluster.nodes().filter((n) => n.role === 'master')).toHaveLength(3);
       expect(await exchange(limited.port, cmd('CLUSTER', 'SHARDS'), 1)).toMatch(/^-NOPERM/);
       const slots = await exchange(limited.port, cmd('CLUSTER', 'SLOTS'), 1);
@@ -193,7 +221,9 @@ describe('cluster mode: what clients learn', () => {
       await client.set('scaled-read', 'v');
       await cluster.waitHealthy();
       for (let i = 0; i < 20; i++) expect(await client.get('scaled-read')).toBe('v');
-      const readonly = (await Promise.all((await cluster.replicas()).map((r) => cluster.clientList(r)))).flat().filter((c) => c.flags.includes('r'));
+      const readonly = (await Promise.all((await cluster.replicas()).map((r) => cluster.clientList(r))))
+        .flat()
+        .filter((c) => c.flags.includes('r'));
       expect(readonly.length).toBeGreaterThan(0);
       await expectNoDirectConnection(cluster, socketsOf(client).local);
     } finally {
@@ -209,7 +239,9 @@ describe('cluster mode: lock blocks', () => {
     const [owner, other] = await cluster.masters();
     const key = await keyOn(cluster, owner, (n) => taskLockKey(BigInt(5000 + n)));
     const direct = await exchange(other.port, lockAttempt(key, 60), 4);
-    expect(direct).toMatch(/^\+OK\r\n-MOVED \d+ 127\.0\.0\.1:\d+\r\n-MOVED .*\r\n-EXECABORT Transaction discarded because of previous errors\.\r\n$/);
+    expect(direct).toMatch(
+      /^\+OK\r\n-MOVED \d+ 127\.0\.0\.1:\d+\r\n-MOVED .*\r\n-EXECABORT Transaction discarded because of previous errors\.\r\n$/,
+    );
     expect(await exchange(proxyPortOf(other.port), lockAttempt(key, 60), 4)).toBe(viaProxy(direct));
     expect(await cluster.command(owner, 'EXISTS', key)).toBe(0);
   });
@@ -221,7 +253,9 @@ describe('cluster mode: lock blocks', () => {
       const good = await keyOn(cluster, other, (n) => taskLockKey(BigInt(7000 + n)));
       const wrong = await keyOn(cluster, owner, (n) => taskLockKey(BigInt(8000 + n)));
       const direct = await exchange(other.port, lockAttempt(wrong, 60), 4);
-      const client = await RawClient.connect(pipelined.cluster.nodes().find((n) => n.address === `127.0.0.1:${other.port}`)?.listenPort as number);
+      const client = await RawClient.connect(
+        pipelined.cluster.nodes().find((n) => n.address === `127.0.0.1:${other.port}`)?.listenPort as number,
+      );
       client.write(lockAttempt(good, 60));
       expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
       // Proven: this block and the PING behind it go out together.
@@ -306,7 +340,10 @@ describe('cluster mode: slot migration', () => {
 
       expect(failures).toEqual([]);
       expect(sent).toBeGreaterThan(100);
-      const total = (await Promise.all(keys.map((k) => cluster.command(target, 'GET', k)))).reduce<number>((sum, v) => sum + Number(v ?? 0), 0);
+      const total = (await Promise.all(keys.map((k) => cluster.command(target, 'GET', k)))).reduce<number>(
+        (sum, v) => sum + Number(v ?? 0),
+        0,
+      );
       expect(total).toBe(sent);
       // Every attempt counted once, and only the first one set the lease.
       expect(Number(await cluster.command(target, 'GET', lockKey))).toBe(attempts);
@@ -330,11 +367,16 @@ describe('cluster mode: the command line', () => {
     const cli = new Cli(
       [
         '--cluster',
-        '--listen', `127.0.0.1:${listen}`,
-        '--cluster-base-port', String(base),
-        '--upstream', `redis://127.0.0.1:${dead},redis://127.0.0.1:${cluster.nodes[1].port}`,
-        '--admin-listen', `127.0.0.1:${admin}`,
-        '--cluster-port-map', `127.0.0.1:${mappedNode.port}=${mapped}`,
+        '--listen',
+        `127.0.0.1:${listen}`,
+        '--cluster-base-port',
+        String(base),
+        '--upstream',
+        `redis://127.0.0.1:${dead},redis://127.0.0.1:${cluster.nodes[1].port}`,
+        '--admin-listen',
+        `127.0.0.1:${admin}`,
+        '--cluster-port-map',
+        `127.0.0.1:${mappedNode.port}=${mapped}`,
       ],
       cleanEnv(),
     );
@@ -345,7 +387,9 @@ describe('cluster mode: the command line', () => {
       const ports = new Set([...slots.matchAll(/\r\n:(\d+)\r\n\$40\r\n/g)].map((m) => Number(m[1])));
       expect([...ports].filter((port) => port !== mapped).every((port) => port >= base && port < base + 5)).toBe(true);
       expect(ports.size).toBe(6);
-      expect(ready.clusterNodes).toContain(`127.0.0.1:${mappedNode.port} (${(await cluster.masters()).includes(mappedNode) ? 'master' : 'replica'}) on ${mapped}`);
+      expect(ready.clusterNodes).toContain(
+        `127.0.0.1:${mappedNode.port} (${(await cluster.masters()).includes(mappedNode) ? 'master' : 'replica'}) on ${mapped}`,
+      );
 
       const master = (await cluster.masters())[2];
       const key = await keyOn(cluster, master, (n) => taskLockKey(BigInt(20_000 + n)));
@@ -358,7 +402,9 @@ describe('cluster mode: the command line', () => {
         expect(verified.stdout, verified.stderr).toMatch(/^verify: OK/);
       }
       const replica = (await cluster.replicas())[0];
-      const replicaListener = (ready.clusterNodes as string[]).find((line) => line.startsWith(`127.0.0.1:${replica.port} `))?.split(' on ')[1];
+      const replicaListener = (ready.clusterNodes as string[])
+        .find((line) => line.startsWith(`127.0.0.1:${replica.port} `))
+        ?.split(' on ')[1];
       const refused = await runCli(['verify', '--via', `127.0.0.1:${replicaListener}`]);
       expect(refused.code).toBe(1);
       expect(refused.stderr).toContain('serves no slots (a replica?)');
@@ -377,7 +423,9 @@ describe('cluster mode: the command line', () => {
     const dead = await freePort();
     const none = await runCli(['--cluster', '--upstream', `redis://127.0.0.1:${dead}`, '--listen', `127.0.0.1:${await freePort()}`]);
     expect(none.code).toBe(1);
-    expect(none.stderr).toMatch(/cluster: no seed answered CLUSTER SHARDS\/NODES \(redis:\/\/127\.0\.0\.1:\d+: cannot connect: .*ECONNREFUSED/);
+    expect(none.stderr).toMatch(
+      /cluster: no seed answered CLUSTER SHARDS\/NODES \(redis:\/\/127\.0\.0\.1:\d+: cannot connect: .*ECONNREFUSED/,
+    );
 
     const standalone = await startRedis();
     try {
@@ -394,9 +442,21 @@ describe('cluster mode: the command line', () => {
     const squatter = net.createServer().listen(base + 2, '127.0.0.1');
     await once(squatter, 'listening');
     try {
-      const exit = await runCli(['--cluster', '--upstream', `redis://127.0.0.1:${cluster.nodes[0].port}`, '--listen', `127.0.0.1:${await freePort()}`, '--cluster-base-port', String(base)]);
+      const exit = await runCli([
+        '--cluster',
+        '--upstream',
+        `redis://127.0.0.1:${cluster.nodes[0].port}`,
+        '--listen',
+        `127.0.0.1:${await freePort()}`,
+        '--cluster-base-port',
+        String(base),
+      ]);
       expect(exit.code).toBe(1);
-      expect(exit.stderr).toMatch(new RegExp(`cluster: cannot listen on 127\\.0\\.0\\.1:${base + 2} for node 127\\.0\\.0\\.1:\\d+ \\(listen EADDRINUSE.*\\); choose free ports with --cluster-base-port or --cluster-port-map`));
+      expect(exit.stderr).toMatch(
+        new RegExp(
+          `cluster: cannot listen on 127\\.0\\.0\\.1:${base + 2} for node 127\\.0\\.0\\.1:\\d+ \\(listen EADDRINUSE.*\\); choose free ports with --cluster-base-port or --cluster-port-map`,
+        ),
+      );
     } finally {
       squatter.close();
     }
@@ -423,7 +483,9 @@ describe('cluster mode: topology changes', () => {
       for (let i = 0; i < 100; i++) await client.set(`after-failover:${i}`, String(i));
       expect(await client.get('before-failover')).toBe('1');
       await expectNoDirectConnection(cluster, socketsOf(client).local);
-      await expect.poll(() => proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${replica.port}`)?.role, { timeout: 5000 }).toBe('master');
+      await expect
+        .poll(() => proxy.cluster.nodes().find((n) => n.address === `127.0.0.1:${replica.port}`)?.role, { timeout: 5000 })
+        .toBe('master');
     } finally {
       client.disconnect();
     }
@@ -432,7 +494,9 @@ describe('cluster mode: topology changes', () => {
   it('listens at once for a node first named in a -MOVED, before any refresh', async () => {
     const seed = cluster.nodes[0];
     const late = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${seed.port}`, refreshMs: 3_600_000 });
-    const extra = await startRedis({ args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'] });
+    const extra = await startRedis({
+      args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'],
+    });
     const key = 'moved-to-a-new-node';
     const owner = await cluster.nodeFor(key);
     const slot = cluster.slotOf(key);
@@ -441,7 +505,10 @@ describe('cluster mode: topology changes', () => {
       await cluster.command(owner, 'SET', key, 'here');
       await cluster.command(seed, 'CLUSTER', 'MEET', '127.0.0.1', extra.port);
       // Met: every node knows the newcomer, and the newcomer knows every node.
-      const views = async () => [...(await Promise.all(cluster.nodes.map((n) => cluster.command(n, 'CLUSTER', 'NODES')))), await exchange(extra.port, cmd('CLUSTER', 'NODES'), 1)];
+      const views = async () => [
+        ...(await Promise.all(cluster.nodes.map((n) => cluster.command(n, 'CLUSTER', 'NODES')))),
+        await exchange(extra.port, cmd('CLUSTER', 'NODES'), 1),
+      ];
       const met = async () =>
         (await views()).every((view) => [newcomer, ...cluster.nodes].every((n) => String(view).includes(n.id))) &&
         (await exchange(extra.port, cmd('CLUSTER', 'INFO'), 1)).includes('cluster_state:ok');
@@ -457,7 +524,13 @@ describe('cluster mode: topology changes', () => {
       expect(await exchange(listener, cmd('GET', key), 1)).toBe('$4\r\nhere\r\n');
     } finally {
       // Give the slot back, if it moved.
-      if (await cluster.nodeFor(key).then((n) => n.port !== owner.port, () => true)) await handOver(slot, newcomer, owner);
+      if (
+        await cluster.nodeFor(key).then(
+          (n) => n.port !== owner.port,
+          () => true,
+        )
+      )
+        await handOver(slot, newcomer, owner);
       await extra.stop();
       await Promise.all(cluster.nodes.map((node) => cluster.command(node, 'CLUSTER', 'FORGET', newcomer.id).catch(() => undefined)));
       await late.close();
@@ -468,11 +541,15 @@ describe('cluster mode: topology changes', () => {
   it('listens for a node that joins, and drains it when it leaves', async () => {
     let extra: RedisServer | undefined;
     try {
-      extra = await startRedis({ args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'] });
+      extra = await startRedis({
+        args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'],
+      });
       const extraPort = extra.port;
       const seed = cluster.nodes[0];
       await cluster.command(seed, 'CLUSTER', 'MEET', '127.0.0.1', extraPort);
-      await waitForListeners(proxy, 'a listener for the new node', (nodes) => nodes.some((n) => n.address === `127.0.0.1:${extraPort}` && n.listening));
+      await waitForListeners(proxy, 'a listener for the new node', (nodes) =>
+        nodes.some((n) => n.address === `127.0.0.1:${extraPort}` && n.listening),
+      );
       const listenPort = proxyPortOf(extraPort);
       expect(await exchange(listenPort, cmd('PING'), 1)).toBe('+PONG\r\n');
       expect(await exchange(proxy.port, cmd('CLUSTER', 'NODES'), 1)).toContain(`127.0.0.1:${listenPort}@`);
@@ -481,9 +558,14 @@ describe('cluster mode: topology changes', () => {
       const extraId = (await exchange(extraPort, cmd('CLUSTER', 'MYID'), 1)).split('\r\n')[1];
       await extra.stop();
       // A node that has not heard of it yet through gossip says so; it will not hear of it now.
-      const forget = (node: ClusterNode) => cluster.command(node, 'CLUSTER', 'FORGET', extraId).catch((err: Error) => expect(err.message).toMatch(/Unknown node/));
+      const forget = (node: ClusterNode) =>
+        cluster.command(node, 'CLUSTER', 'FORGET', extraId).catch((err: Error) => expect(err.message).toMatch(/Unknown node/));
       await Promise.all(cluster.nodes.map(forget));
-      await waitForListeners(proxy, 'the node that left to be drained', (nodes) => !nodes.some((n) => n.address === `127.0.0.1:${extraPort}`));
+      await waitForListeners(
+        proxy,
+        'the node that left to be drained',
+        (nodes) => !nodes.some((n) => n.address === `127.0.0.1:${extraPort}`),
+      );
       await expect(RawClient.connect(listenPort)).rejects.toThrow(/ECONNREFUSED/);
     } finally {
       await extra?.stop();

@@ -56,7 +56,8 @@ describe('cluster mode over TLS with a password', () => {
     await client.close();
 
     for (const text of [slots, shards, nodes]) {
-      for (const { port } of cluster.nodes) expect(text, `real port ${port} in a reply`).not.toMatch(new RegExp(`[:\\n]${port}\\r?\\n|:${port}@`));
+      for (const { port } of cluster.nodes)
+        expect(text, `real port ${port} in a reply`).not.toMatch(new RegExp(`[:\\n]${port}\\r?\\n|:${port}@`));
     }
     // Every node, masters and replicas, by its listener port.
     const slotPorts = [...slots.matchAll(/\r\n:(\d+)\r\n\$40\r\n/g)].map((m) => Number(m[1]));
@@ -74,8 +75,13 @@ describe('cluster mode over TLS with a password', () => {
       for (let i = 0; i < 300; i++) await client.set(`spread:${i}`, String(i));
       const values = await Promise.all(Array.from({ length: 300 }, (_, i) => client.get(`spread:${i}`)));
       expect(values).toEqual(Array.from({ length: 300 }, (_, i) => String(i)));
-      const held = await Promise.all((await cluster.masters()).map(async (m) => ((await cluster.command(m, 'KEYS', 'spread:*')) as string[]).length));
-      expect(held.every((count) => count > 0), `keys per master: ${held.join(', ')}`).toBe(true);
+      const held = await Promise.all(
+        (await cluster.masters()).map(async (m) => ((await cluster.command(m, 'KEYS', 'spread:*')) as string[]).length),
+      );
+      expect(
+        held.every((count) => count > 0),
+        `keys per master: ${held.join(', ')}`,
+      ).toBe(true);
       expect(held.reduce((a, b) => a + b)).toBe(300);
 
       const { local, remote } = socketsOf(client);

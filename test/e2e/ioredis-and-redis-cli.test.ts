@@ -48,16 +48,25 @@ describe('ioredis', () => {
     it(`multi().incrby().expire().exec() on ${name}: expiry set once, never re-armed`, async () => {
       const client = await ioredis(env.proxy.port);
       const attempt = () => client.multi().incrby(key, 1).expire(key, 60).exec();
-      expect(await attempt()).toEqual([[null, 1], [null, 1]]);
+      expect(await attempt()).toEqual([
+        [null, 1],
+        [null, 1],
+      ]);
       expect(await pttl(key)).toBeGreaterThan(55_000);
       await adminCall('PEXPIRE', key, '5000'); // as if 55 s had passed
-      expect(await attempt()).toEqual([[null, 2], [null, 0]]);
+      expect(await attempt()).toEqual([
+        [null, 2],
+        [null, 0],
+      ]);
       expect(await pttl(key)).toBeLessThanOrEqual(5000);
       await quit(client);
 
       // Directly, the same attempt re-arms the expiry: the behaviour the proxy is there to fix.
       const direct = await ioredis(env.redis.port);
-      expect(await direct.multi().incrby(key, 1).expire(key, 60).exec()).toEqual([[null, 3], [null, 1]]);
+      expect(await direct.multi().incrby(key, 1).expire(key, 60).exec()).toEqual([
+        [null, 3],
+        [null, 1],
+      ]);
       expect(await pttl(key)).toBeGreaterThan(55_000);
       await quit(direct);
     });
@@ -133,8 +142,18 @@ describe('ioredis', () => {
       const n = (attempts.get(kind) ?? 0) + 1;
       attempts.set(kind, n);
       // The counter is Redis's either way; only the expiry flag tells the rewrite.
-      expect(direct.results[i], `block #${i}`).toEqual({ ok: [[null, n], [null, 1]] });
-      expect(proxied.results[i], `block #${i}`).toEqual({ ok: [[null, n], [null, n === 1 ? 1 : 0]] });
+      expect(direct.results[i], `block #${i}`).toEqual({
+        ok: [
+          [null, n],
+          [null, 1],
+        ],
+      });
+      expect(proxied.results[i], `block #${i}`).toEqual({
+        ok: [
+          [null, n],
+          [null, n === 1 ? 1 : 0],
+        ],
+      });
     }
     expect(blocks).toBeGreaterThanOrEqual(10);
     expect(env.proxy.stats.blocksRewritten - rewrittenBefore).toBe(blocks);
@@ -160,7 +179,15 @@ describe('ioredis', () => {
       return { untouched, rearmed, touched, after };
     };
     const direct = await scenario(env.redis.port);
-    expect(direct).toEqual({ untouched: [[null, 2], [null, 1]], rearmed: true, touched: null, after: '9' });
+    expect(direct).toEqual({
+      untouched: [
+        [null, 2],
+        [null, 1],
+      ],
+      rearmed: true,
+      touched: null,
+      after: '9',
+    });
     expect(await scenario(env.proxy.port)).toEqual(direct);
   });
 });

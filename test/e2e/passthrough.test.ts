@@ -207,7 +207,7 @@ describe('RESP3 client tracking', () => {
   /** Frames read one at a time until `n` non-push replies are in; pushes are collected apart. */
   async function readSkippingPushes(client: RawClient, n: number, pushes: string[]): Promise<string> {
     let replies = '';
-    for (let got = 0; got < n; ) {
+    for (let got = 0; got < n;) {
       const frame = (await client.readReplies(1)).toString('latin1');
       if (frame.startsWith('>')) {
         pushes.push(frame);
@@ -414,12 +414,22 @@ describe('transaction state', () => {
       { bytes: Buffer.concat([Buffer.from('MULTI\r\n'), lockAttempt(key, 60), Buffer.from('EXEC\r\n')]), replies: 6, lastRewritten: false },
       // After an inline transaction.
       {
-        bytes: Buffer.concat([Buffer.from('multi\r\n'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '60'), Buffer.from('exec\r\n'), lockAttempt(key, 60)]),
+        bytes: Buffer.concat([
+          Buffer.from('multi\r\n'),
+          cmd('INCRBY', key, '1'),
+          cmd('EXPIRE', key, '60'),
+          Buffer.from('exec\r\n'),
+          lockAttempt(key, 60),
+        ]),
         replies: 8,
         lastRewritten: true,
       },
       // Under an inline WATCH the first block is left alone; its EXEC unwatches.
-      { bytes: Buffer.concat([Buffer.from('WATCH lock:inline\r\n'), lockAttempt(key, 60), lockAttempt(key, 60)]), replies: 9, lastRewritten: true },
+      {
+        bytes: Buffer.concat([Buffer.from('WATCH lock:inline\r\n'), lockAttempt(key, 60), lockAttempt(key, 60)]),
+        replies: 9,
+        lastRewritten: true,
+      },
       { bytes: Buffer.concat([Buffer.from('MULTI\r\nDISCARD\r\n'), lockAttempt(key, 60)]), replies: 6, lastRewritten: true },
     ];
     for (const [i, variant] of variants.entries()) {
@@ -642,7 +652,9 @@ describe('upstream failures', () => {
       await expect(idle.readUntilClosed(5000)).resolves.toBeDefined();
       await expect(blocked.readUntilClosed(5000)).resolves.toBeDefined();
       // New clients now learn that the upstream is gone.
-      expect(await untilClosed(front.port, cmd('PING'))).toMatch(/^-ERR redis-lock-proxy: upstream redis:\/\/127\.0\.0\.1:\d+ is unreachable: /);
+      expect(await untilClosed(front.port, cmd('PING'))).toMatch(
+        /^-ERR redis-lock-proxy: upstream redis:\/\/127\.0\.0\.1:\d+ is unreachable: /,
+      );
     } finally {
       await front.close();
       await doomed.stop();

@@ -151,7 +151,8 @@ describe('the migration lock of 0.12-0.15, scaled down about a hundred times', (
     try {
       while (Date.now() - takenAt < 2 * leaseMs) {
         await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
-        if (counterOf(Buffer.from(await attempt(waiter, key, leaseMs / 1000), 'latin1')) === 1) return { takenAfterMs: Date.now() - takenAt, pttl: 0 };
+        if (counterOf(Buffer.from(await attempt(waiter, key, leaseMs / 1000), 'latin1')) === 1)
+          return { takenAfterMs: Date.now() - takenAt, pttl: 0 };
       }
       return { pttl: await waiter.pttl(key) };
     } finally {
@@ -159,12 +160,16 @@ describe('the migration lock of 0.12-0.15, scaled down about a hundred times', (
     }
   }
 
-  it.each(SCENARIOS)('$lock lock: the waiter takes it after the expiry through the proxy, never directly', async ({ key, leaseMs }) => {
-    const db = leaseMs === 3000 ? 2 : 3;
-    const [direct, proxied] = await Promise.all([play(env.redis.port, db, key, leaseMs), play(env.proxy.port, db + 4, key, leaseMs)]);
-    expect(direct.takenAfterMs).toBeUndefined();
-    expect(direct.pttl).toBeGreaterThan(0); // twice the lease later, still held: the start-up would hang here
-    expect(proxied.takenAfterMs).toBeGreaterThanOrEqual(leaseMs - 50);
-    expect(proxied.takenAfterMs).toBeLessThanOrEqual(leaseMs + RETRY_MS + 200);
-  }, 20_000);
+  it.each(SCENARIOS)(
+    '$lock lock: the waiter takes it after the expiry through the proxy, never directly',
+    async ({ key, leaseMs }) => {
+      const db = leaseMs === 3000 ? 2 : 3;
+      const [direct, proxied] = await Promise.all([play(env.redis.port, db, key, leaseMs), play(env.proxy.port, db + 4, key, leaseMs)]);
+      expect(direct.takenAfterMs).toBeUndefined();
+      expect(direct.pttl).toBeGreaterThan(0); // twice the lease later, still held: the start-up would hang here
+      expect(proxied.takenAfterMs).toBeGreaterThanOrEqual(leaseMs - 50);
+      expect(proxied.takenAfterMs).toBeLessThanOrEqual(leaseMs + RETRY_MS + 200);
+    },
+    20_000,
+  );
 });

@@ -91,8 +91,12 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('TLS', () => {
 
   it('verifies the name given with servername (SNI) instead of the URL host', async () => {
     const ca = certs.read(certs.caCert);
-    expect(await throughTlsUpstream(tlsPort, { ca, servername: 'localhost', insecure: false })).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n');
-    expect(await throughTlsUpstream(tlsPort, { ca, servername: 'redis.example', insecure: false })).toMatch(/is unreachable: .*redis\.example/);
+    expect(await throughTlsUpstream(tlsPort, { ca, servername: 'localhost', insecure: false })).toBe(
+      attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n',
+    );
+    expect(await throughTlsUpstream(tlsPort, { ca, servername: 'redis.example', insecure: false })).toMatch(
+      /is unreachable: .*redis\.example/,
+    );
   });
 
   it('connects anyway with the insecure option', async () => {
@@ -146,7 +150,10 @@ describe('observe mode for the whole proxy', () => {
       expect(await pttl('lock:obs')).toBeGreaterThan(55_000);
       expect(proxy.stats.blocksObserved).toBe(1);
       expect(proxy.stats.byRule.get('test-lock')?.observed).toBe(1);
-      expect(proxy.logs().find((l) => l.msg === 'observe: lock block would be rewritten')).toMatchObject({ rule: 'test-lock', key: 'lock:obs' });
+      expect(proxy.logs().find((l) => l.msg === 'observe: lock block would be rewritten')).toMatchObject({
+        rule: 'test-lock',
+        key: 'lock:obs',
+      });
     } finally {
       await proxy.close();
     }
@@ -170,7 +177,9 @@ describe('rule reload', () => {
       fs.writeFileSync(proxy.ruleFiles[0], 'rules:\n  - name: broken\n    prefx: "x"\n');
       expect(proxy.rules.reload('test')).toBe(false);
       expect(proxy.rules.current.rules.find((r) => r.name === 'test-lock')?.mode).toBe('observe');
-      expect(proxy.logs().some((l) => l.msg === 'rule reload refused; the previous rules stay in force' && String(l.err).includes('prefx'))).toBe(true);
+      expect(
+        proxy.logs().some((l) => l.msg === 'rule reload refused; the previous rules stay in force' && String(l.err).includes('prefx')),
+      ).toBe(true);
       expect(proxy.stats.ruleReloadFailures).toBe(1);
       client.write(cmd('PING'));
       expect((await client.readReplies(1)).toString()).toBe('+PONG\r\n'); // the connection survived
@@ -197,7 +206,12 @@ describe('graceful shutdown', () => {
     expect((await blocked.readReplies(1)).toString()).toBe('*2\r\n$13\r\nshutdown:list\r\n$1\r\nx\r\n');
     await blocked.readUntilClosed(2000);
     await shutdown;
-    expect(await RawClient.connect(proxy.port).then(() => 'accepted', () => 'refused')).toBe('refused');
+    expect(
+      await RawClient.connect(proxy.port).then(
+        () => 'accepted',
+        () => 'refused',
+      ),
+    ).toBe('refused');
     await proxy.close();
   });
 

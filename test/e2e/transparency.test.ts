@@ -87,10 +87,7 @@ interface Step {
   label: string;
 }
 
-type Split =
-  | { kind: 'whole' }
-  | { kind: 'pieces'; sizes: number[]; delayMs: number }
-  | { kind: 'bytewise' };
+type Split = { kind: 'whole' } | { kind: 'pieces'; sizes: number[]; delayMs: number } | { kind: 'bytewise' };
 
 interface Batch {
   steps: Step[];
@@ -140,8 +137,19 @@ const BIN_KEY = Buffer.from([0x6b, 0x00, 0x0d, 0x0a, 0xff]);
 const NEAR_TASK_KEY = Buffer.from([0x17, 0x00, 0x0d, 0x0a, 0x00, 0x01, 0x02, 0x03, 0x0d, 0x0a]);
 const KEYS: Arg[] = ['a', 'b', 'c', 'n', 'lock:x', 'lock:y', 'watch:w', BIN_KEY, NEAR_TASK_KEY];
 const SHORT_VALUES: Arg[] = [
-  '0', '1', '42', '-7', '007', '3.5', 'hello', '', 'a\r\nb', 'lock:x',
-  Buffer.from([0x00, 0x0d, 0x0a, 0x00, 0xff]), '9223372036854775807', '-9223372036854775808',
+  '0',
+  '1',
+  '42',
+  '-7',
+  '007',
+  '3.5',
+  'hello',
+  '',
+  'a\r\nb',
+  'lock:x',
+  Buffer.from([0x00, 0x0d, 0x0a, 0x00, 0xff]),
+  '9223372036854775807',
+  '-9223372036854775808',
 ];
 const VALUES: Arg[] = [...SHORT_VALUES, 'x'.repeat(300), Buffer.from('\r\n\0'.repeat(100), 'latin1')];
 /** Larger than the proxy's read buffers, with CRLFs inside, to cross chunk boundaries. */
@@ -352,10 +360,13 @@ class Generator {
       [2, () => [raw(r.pick(['*0\r\n', '*-1\r\n']))]], // empty frames: no reply
       [2, () => [inline(r.pick(['PING\r\n', 'GET a\r\n', 'EXISTS a b lock:x\r\n', 'TYPE n\n', '\r\n', '\n', 'ECHO x\r\n']))]],
       [1, () => [step('SELECT', '1'), this.simple(), step('SELECT', '0')]],
-      [1, () => {
-        const key = this.key();
-        return [step('SET', key, BIG_VALUE), step('GET', key), step('GETRANGE', key, '-20', '-1')];
-      }],
+      [
+        1,
+        () => {
+          const key = this.key();
+          return [step('SET', key, BIG_VALUE), step('GET', key), step('GETRANGE', key, '-20', '-1')];
+        },
+      ],
       [1, () => [step('RESET')]], // +RESET, and back to RESP2 in a RESP3 run
     ])();
   }
@@ -384,7 +395,7 @@ function makePlan(seed: number, minSteps: number): Plan {
   const steps: Step[] = [];
   while (steps.length < minSteps) steps.push(...gen.unit());
   const batches: Batch[] = [];
-  for (let i = 0; i < steps.length; ) {
+  for (let i = 0; i < steps.length;) {
     const batchSteps = steps.slice(i, i + rng.int(1, 50));
     i += batchSteps.length;
     const bytes = Buffer.concat(batchSteps.map((s) => s.frame));
@@ -500,7 +511,10 @@ describe('random traffic: direct and through the proxy give the same bytes', () 
     expect(a.batches.map((x) => x.split)).toEqual(b.batches.map((x) => x.split));
     const labels = DEFAULT_SEEDS.flatMap((seed) => makePlan(seed, STEPS_PER_RUN).steps.map((s) => s.label.toUpperCase()));
     for (const name of ['HGETALL', 'ZRANGE', 'WATCH', 'DISCARD', 'EXEC X', 'NOSUCHCMD', 'INLINE', 'RAW', 'PEXPIRE', 'RESET']) {
-      expect(labels.some((l) => l.startsWith(name)), name).toBe(true);
+      expect(
+        labels.some((l) => l.startsWith(name)),
+        name,
+      ).toBe(true);
     }
   });
 });
@@ -520,8 +534,14 @@ describe('inline commands', () => {
     'GET\r\n', // wrong arity
     'NOSUCHCMD x\r\n',
     // Inline lock blocks are never rewritten: the second one re-arms the expiry as in Redis (:1).
-    'MULTI\r\n', 'INCRBY lock:i 1\r\n', 'EXPIRE lock:i 100\r\n', 'EXEC\r\n',
-    'MULTI\r\n', 'INCRBY lock:i 1\r\n', 'EXPIRE lock:i 100\r\n', 'EXEC\r\n',
+    'MULTI\r\n',
+    'INCRBY lock:i 1\r\n',
+    'EXPIRE lock:i 100\r\n',
+    'EXEC\r\n',
+    'MULTI\r\n',
+    'INCRBY lock:i 1\r\n',
+    'EXPIRE lock:i 100\r\n',
+    'EXEC\r\n',
     'PERSIST lock:i\r\n', // so that the RESP block below, which is rewritten, reads the same as in Redis
     'PING\r\n',
   ];
@@ -529,7 +549,10 @@ describe('inline commands', () => {
     Buffer.from(lines.join(''), 'latin1'),
     cmd('GET', 'a'),
     Buffer.from('\r\nPING\r\n', 'latin1'),
-    cmd('MULTI'), cmd('INCRBY', 'lock:i', '1'), cmd('EXPIRE', 'lock:i', '100'), cmd('EXEC'), // a RESP block after inline ones
+    cmd('MULTI'),
+    cmd('INCRBY', 'lock:i', '1'),
+    cmd('EXPIRE', 'lock:i', '100'),
+    cmd('EXEC'), // a RESP block after inline ones
     Buffer.from('ECHO after\r\n', 'latin1'),
   ]);
   const replies = lines.filter((l) => l.trim() !== '').length + 1 + 1 + 4 + 1;
@@ -567,7 +590,10 @@ describe('inline commands', () => {
   it('match Redis with quoting (the proxy stops interpreting), then a lock block is left alone', async () => {
     const bytes = Buffer.concat([
       Buffer.from('SET "q k" "v\\r\\nw"\r\nGET "q k"\r\nECHO \'it\\\'s\'\r\nSET lock:q 1\r\nEXPIRE lock:q 100\r\n', 'latin1'),
-      cmd('MULTI'), cmd('INCRBY', 'lock:q', '1'), cmd('EXPIRE', 'lock:q', '100'), cmd('EXEC'),
+      cmd('MULTI'),
+      cmd('INCRBY', 'lock:q', '1'),
+      cmd('EXPIRE', 'lock:q', '100'),
+      cmd('EXEC'),
     ]);
     const direct = await run(env.redis.port, bytes, 9, { kind: 'whole' });
     const proxied = await run(env.proxy.port, bytes, 9, { kind: 'whole' });
@@ -610,7 +636,9 @@ describe('transaction commands with the wrong number of arguments leave the stat
     for (const discard of [cmd('DISCARD', 'x'), Buffer.from('DISCARD x\r\n')]) {
       const { direct, proxied } = await both([], Buffer.concat([cmd('MULTI'), discard, block, cmd('PING')]), 7);
       // The nested MULTI's error text differs between servers (Valkey: "Command not allowed inside a transaction").
-      expect(direct).toMatch(/^\+OK\r\n-ERR [^\r]*\r\n-ERR [^\r]*\r\n\+QUEUED\r\n\+QUEUED\r\n-EXECABORT [^\r]*\r\n\+PONG\r\n \| expiry -2$/);
+      expect(direct).toMatch(
+        /^\+OK\r\n-ERR [^\r]*\r\n-ERR [^\r]*\r\n\+QUEUED\r\n\+QUEUED\r\n-EXECABORT [^\r]*\r\n\+PONG\r\n \| expiry -2$/,
+      );
       expect(proxied).toBe(direct);
     }
   });
@@ -634,7 +662,9 @@ describe('transaction commands with the wrong number of arguments leave the stat
   it('MULTI x: Redis is not in a transaction, the proxy thinks it is and misses the WATCH that follows', async () => {
     const bytes = Buffer.concat([cmd('MULTI', 'x'), cmd('WATCH', 'lock:k'), cmd('EXEC'), cmd('SET', 'lock:k', '6'), block, cmd('PING')]);
     const { direct, proxied } = await both([['SET', 'lock:k', '5', 'PX', '5000']], bytes, 9);
-    expect(direct).toMatch(/^-ERR [^\r]*\r\n\+OK\r\n-ERR [^\r]*\r\n\+OK\r\n\+OK\r\n\+QUEUED\r\n\+QUEUED\r\n\*-1\r\n\+PONG\r\n \| expiry -1$/);
+    expect(direct).toMatch(
+      /^-ERR [^\r]*\r\n\+OK\r\n-ERR [^\r]*\r\n\+OK\r\n\+OK\r\n\+QUEUED\r\n\+QUEUED\r\n\*-1\r\n\+PONG\r\n \| expiry -1$/,
+    );
     expect(proxied).toBe(direct);
   });
 

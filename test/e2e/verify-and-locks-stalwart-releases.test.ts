@@ -29,7 +29,10 @@ afterAll(async () => {
   await proxy016?.close();
 });
 
-async function runOp(op: (argv: string[], io: Io) => Promise<number>, argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+async function runOp(
+  op: (argv: string[], io: Io) => Promise<number>,
+  argv: string[],
+): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = '';
   let stderr = '';
   const code = await op(argv, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), env: {} });
@@ -64,9 +67,12 @@ describe('verify --stalwart VERSION', () => {
   it('builds each kind’s real key shape, with values no real lock has', async () => {
     const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`, '--stalwart', '0.15.5', '--verbose']);
     expect(result.code).toBe(0);
-    const keyOf = (rule: string) => /scratch key (\S+)$/.exec(result.stdout.split('\n').find((l) => l.includes(`rule ${rule}: scratch key`)) ?? '')?.[1];
+    const keyOf = (rule: string) =>
+      /scratch key (\S+)$/.exec(result.stdout.split('\n').find((l) => l.includes(`rule ${rule}: scratch key`)) ?? '')?.[1];
     expect(keyOf('stalwart-purge-account')).toMatch(/^\\x14(\\x[89a-f][0-9a-f]|[ -~])([ -~]|\\x[0-9a-f]{2}){3}$/);
-    expect(keyOf('stalwart-tls-report-lock')).toMatch(/^\\x16\\x00\\x[89a-f][0-9a-f](\\x[0-9a-f]{2}|[ -~]){7}rlp-verify-[0-9a-f]{8}\.invalid$/);
+    expect(keyOf('stalwart-tls-report-lock')).toMatch(
+      /^\\x16\\x00\\x[89a-f][0-9a-f](\\x[0-9a-f]{2}|[ -~]){7}rlp-verify-[0-9a-f]{8}\.invalid$/,
+    );
     expect(keyOf('stalwart-migration-account-lock')).toMatch(/^\\x18migrate_\d{10}_lock$/);
     expect(keyOf('stalwart-queue-lock')).toMatch(/^\\x15\\x[89a-f][0-9a-f](\\x[0-9a-f]{2}|[ -~]){7}rlp-/);
     expect(result.stdout).toContain('verify: rule stalwart-migration-core-lock: its only key is a live lock (not touched)\n');
@@ -86,8 +92,14 @@ describe('verify --stalwart VERSION', () => {
   it('says plainly when the release does not have the bug, without connecting', async () => {
     const closed = await freePort();
     for (const [version, reason] of [
-      ['0.16.16', 'Stalwart 0.16.16 is not affected: from 0.16.16 on it takes its locks with SET NX EX, whose expiry a failed attempt does not push forward'],
-      ['v0.16.18', 'Stalwart 0.16.18 is not affected: from 0.16.16 on it takes its locks with SET NX EX, whose expiry a failed attempt does not push forward'],
+      [
+        '0.16.16',
+        'Stalwart 0.16.16 is not affected: from 0.16.16 on it takes its locks with SET NX EX, whose expiry a failed attempt does not push forward',
+      ],
+      [
+        'v0.16.18',
+        'Stalwart 0.16.18 is not affected: from 0.16.16 on it takes its locks with SET NX EX, whose expiry a failed attempt does not push forward',
+      ],
       ['0.8.0', 'Stalwart 0.8.0 is not affected: releases before 0.8.1 take no lock with INCRBY + EXPIRE in Redis'],
     ]) {
       expect(await runOp(verify, ['--via', `127.0.0.1:${closed}`, '--stalwart', version])).toEqual({
@@ -104,7 +116,9 @@ describe('verify --stalwart VERSION', () => {
 
 describe('locks, every release line', () => {
   /** Each line's example key, once (lines share lock kinds). */
-  const EXAMPLES = [...new Map(RELEASE_LINES.flatMap((line) => line.locks.map((kind) => [kind.example.key.toString('hex'), kind] as const))).values()];
+  const EXAMPLES = [
+    ...new Map(RELEASE_LINES.flatMap((line) => line.locks.map((kind) => [kind.example.key.toString('hex'), kind] as const))).values(),
+  ];
 
   async function take(key: Buffer, seconds: number): Promise<number> {
     const client = await RawClient.connect(env.proxy.port);
@@ -122,7 +136,10 @@ describe('locks, every release line', () => {
     expect(await take(tried!.example.key, tried!.expiry)).toBe(2); // a waiter tried while it was held
     const result = await runOp(locks, ['--upstream', env.redis.url, '--json']);
     expect(result.code).toBe(0);
-    const rows = result.stdout.trim().split('\n').map((line) => JSON.parse(line) as { key: string; rule: string; what: string; flags: string[] });
+    const rows = result.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { key: string; rule: string; what: string; flags: string[] });
     expect(rows).toHaveLength(EXAMPLES.length);
     for (const kind of EXAMPLES) {
       const row = rows.find((r) => r.key === escapeKey(kind.example.key));
@@ -135,7 +152,11 @@ describe('locks, every release line', () => {
     for (const kind of EXAMPLES) expect(await take(kind.example.key, kind.expiry)).toBe(1);
     const result = await runOp(locks, ['--upstream', env.redis.url, '--json', '--stalwart', '0.16.9']);
     expect(result.code).toBe(0);
-    const whats = result.stdout.trim().split('\n').map((line) => (JSON.parse(line) as { what: string }).what).sort();
+    const whats = result.stdout
+      .trim()
+      .split('\n')
+      .map((line) => (JSON.parse(line) as { what: string }).what)
+      .sort();
     expect(whats).toEqual(['queue message 42 in queue "local"', 'task 1234']);
     const fixed = await runOp(locks, ['--upstream', env.redis.url, '--stalwart', '0.16.16']);
     expect(fixed.code).toBe(2);

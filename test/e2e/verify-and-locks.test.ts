@@ -147,7 +147,9 @@ describe('verify', () => {
       REDIS_LOCK_PROXY_RULES: `${STALWART_RULES},${testRulesFile}`,
     });
     expect(result.code).toBe(0);
-    expect(result.stdout).toMatch(/^verify: OK: 19 rule\(s\) enforce the fix .*\(stalwart-purge-account, .*, stalwart-purge-account-text, test-lock\)/);
+    expect(result.stdout).toMatch(
+      /^verify: OK: 19 rule\(s\) enforce the fix .*\(stalwart-purge-account, .*, stalwart-purge-account-text, test-lock\)/,
+    );
   });
 
   it('fails directly against Redis: the second attempt re-armed the expiry', async () => {
@@ -204,7 +206,9 @@ describe('verify', () => {
       expect(result.code).toBe(1);
       expect(lines(result.stderr)).toHaveLength(1);
       expect(result.stderr).toMatch(
-        new RegExp(`^verify: FAILED: (rule stalwart-purge-account: )?(connection to 127\\.0\\.0\\.1:${port} failed: Protocol error|cannot connect)`),
+        new RegExp(
+          `^verify: FAILED: (rule stalwart-purge-account: )?(connection to 127\\.0\\.0\\.1:${port} failed: Protocol error|cannot connect)`,
+        ),
       );
     } finally {
       await new Promise((resolve) => http.close(resolve));
@@ -233,10 +237,7 @@ describe('verify', () => {
   });
 
   it('fails a rule it cannot build a scratch key for', async () => {
-    const impossible = writeRules(
-      'impossible.yaml',
-      `rules:\n  - name: impossible\n    prefix: "x:"\n    pattern: '^x:[\\s\\S]{200}$'\n`,
-    );
+    const impossible = writeRules('impossible.yaml', `rules:\n  - name: impossible\n    prefix: "x:"\n    pattern: '^x:[\\s\\S]{200}$'\n`);
     const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`, '--rules', impossible]);
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/^verify: FAILED: rule impossible: cannot build a scratch key/);
@@ -320,7 +321,9 @@ describe('verify', () => {
       expect(user.code).toBe(0);
       const wrong = await runOp(verify, ['--via', via, '--password', 'nope']);
       expect(wrong.code).toBe(1);
-      expect(wrong.stderr).toMatch(/^verify: FAILED: rule stalwart-purge-account: connection to 127\.0\.0\.1:\d+ failed: WRONGPASS .*--password/);
+      expect(wrong.stderr).toMatch(
+        /^verify: FAILED: rule stalwart-purge-account: connection to 127\.0\.0\.1:\d+ failed: WRONGPASS .*--password/,
+      );
       expect(await runOp(verify, ['--via', via, '--user', 'someone'])).toMatchObject({ code: 2 });
     });
   });
@@ -388,7 +391,12 @@ describe('locks', () => {
     expect(what).toBe('task 1234');
     expect(flag).toBeUndefined();
 
-    expect(rowOf(queue42).slice(1, 5)).toEqual(['stalwart-queue-lock', '1', expect.stringMatching(/^(59\d|600)\.\ds$/), 'queue message 42 in queue "local"']);
+    expect(rowOf(queue42).slice(1, 5)).toEqual([
+      'stalwart-queue-lock',
+      '1',
+      expect.stringMatching(/^(59\d|600)\.\ds$/),
+      'queue message 42 in queue "local"',
+    ]);
     expect(rowOf(bumped).slice(1)).toEqual([
       'stalwart-task-lock',
       '3',
@@ -479,7 +487,12 @@ describe('locks', () => {
     expect(result.stderr).toBe('locks: nothing deleted: add --yes to delete these 2 key(s)\n');
     const out = lines(result.stdout);
     expect(out[0]).toBe('would delete 2 lock key(s):');
-    expect(out.slice(2).map((line) => line.split(/ {2,}/)[0]).sort()).toEqual([describeKey(bumped), describeKey(noTtl)].sort());
+    expect(
+      out
+        .slice(2)
+        .map((line) => line.split(/ {2,}/)[0])
+        .sort(),
+    ).toEqual([describeKey(bumped), describeKey(noTtl)].sort());
     expect(await adminInt('DBSIZE')).toBe(before);
   });
 

@@ -111,4 +111,3 @@ export async function runCli(args: string[], env: Record<string, string> = {}, t
   clearTimeout(timer);
   return exit;
 }
-

@@ -70,12 +70,19 @@ export async function expectLockFixedOnEveryMaster(cluster: TestCluster, proxy: 
  * Waits until `check` holds of the proxy's node listeners; on timeout the
  * error carries the proxy's cluster log lines (refreshes, binds), which say why.
  */
-export async function waitForListeners(proxy: ClusterTestProxy, what: string, check: (nodes: ReturnType<ClusterTestProxy['cluster']['nodes']>) => boolean, timeoutMs = 10_000): Promise<void> {
+export async function waitForListeners(
+  proxy: ClusterTestProxy,
+  what: string,
+  check: (nodes: ReturnType<ClusterTestProxy['cluster']['nodes']>) => boolean,
+  timeoutMs = 10_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check(proxy.cluster.nodes())) {
     if (Date.now() > deadline) {
       const lines = proxy.logs().filter((line) => String(line.msg).startsWith('cluster:'));
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; listeners: ${JSON.stringify(proxy.cluster.nodes())}; log: ${JSON.stringify(lines.slice(-20))}`);
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}; listeners: ${JSON.stringify(proxy.cluster.nodes())}; log: ${JSON.stringify(lines.slice(-20))}`,
+      );
     }
     await sleep(50);
   }

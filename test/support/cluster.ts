@@ -175,37 +175,57 @@ function nodeArgs(port: number, dir: string, opts: StartClusterOptions): string[
     ...(opts.tls === undefined
       ? ['--port', String(port)]
       : [
-          '--port', '0',
-          '--tls-port', String(port),
+          '--port',
+          '0',
+          '--tls-port',
+          String(port),
           // With tls-cluster the bus port is still port + 10000, the TLS port's.
-          '--tls-cluster', 'yes',
-          '--tls-replication', 'yes',
-          '--tls-cert-file', opts.tls.cert,
-          '--tls-key-file', opts.tls.key,
-          '--tls-ca-cert-file', opts.tls.ca,
-          '--tls-client-cert-file', opts.tls.clientCert,
-          '--tls-client-key-file', opts.tls.clientKey,
-          '--tls-auth-clients', 'no',
+          '--tls-cluster',
+          'yes',
+          '--tls-replication',
+          'yes',
+          '--tls-cert-file',
+          opts.tls.cert,
+          '--tls-key-file',
+          opts.tls.key,
+          '--tls-ca-cert-file',
+          opts.tls.ca,
+          '--tls-client-cert-file',
+          opts.tls.clientCert,
+          '--tls-client-key-file',
+          opts.tls.clientKey,
+          '--tls-auth-clients',
+          'no',
         ]),
     ...(opts.password !== undefined ? ['--requirepass', opts.password, '--masterauth', opts.password] : []),
-    '--bind', HOST,
-    '--dir', dir,
-    '--cluster-enabled', 'yes',
-    '--cluster-config-file', 'nodes.conf',
-    '--cluster-node-timeout', '2000',
-    '--appendonly', 'no',
-    '--save', '',
-    '--daemonize', 'no',
+    '--bind',
+    HOST,
+    '--dir',
+    dir,
+    '--cluster-enabled',
+    'yes',
+    '--cluster-config-file',
+    'nodes.conf',
+    '--cluster-node-timeout',
+    '2000',
+    '--appendonly',
+    'no',
+    '--save',
+    '',
+    '--daemonize',
+    'no',
     // Disk-based full syncs: after a diskless (socket) sync, which is 7.0's
     // default, the master holds back the command stream until the replica's
     // first REPLCONF ACK. Disk-based syncs stream right away, and the empty
     // dataset makes the RDB file trivial.
-    '--repl-diskless-sync', 'no',
+    '--repl-diskless-sync',
+    'no',
     // CLUSTER SLOTS leaves out replicas whose replication offset is still 0,
     // and on an idle master the offset only moves with its pings to the
     // replicas (default every 10 s). Pinging every second makes replicas
     // show up about a second after the cluster is created, not ten.
-    '--repl-ping-replica-period', '1',
+    '--repl-ping-replica-period',
+    '1',
     ...(opts.announceHostname !== undefined ? ['--cluster-announce-hostname', opts.announceHostname] : []),
     ...(opts.preferredEndpointType !== undefined ? ['--cluster-preferred-endpoint-type', opts.preferredEndpointType] : []),
   ];
@@ -226,17 +246,14 @@ async function createCluster(nodes: ClusterNode[], opts: StartClusterOptions): P
     ...(opts.password !== undefined ? ['-a', opts.password, '--no-auth-warning'] : []),
   ];
   try {
-    await promisify(execFile)(
-      'redis-cli',
-      [...connection, '--cluster', 'create', ...addrs, '--cluster-replicas', '1', '--cluster-yes'],
-      { timeout: CREATE_TIMEOUT_MS },
-    );
+    await promisify(execFile)('redis-cli', [...connection, '--cluster', 'create', ...addrs, '--cluster-replicas', '1', '--cluster-yes'], {
+      timeout: CREATE_TIMEOUT_MS,
+    });
   } catch (err) {
     const e = err as Error & { stdout?: string; stderr?: string };
-    throw new Error(
-      `redis-cli --cluster create ${addrs.join(' ')} failed: ${e.message}\n${e.stdout ?? ''}${e.stderr ?? ''}`,
-      { cause: err },
-    );
+    throw new Error(`redis-cli --cluster create ${addrs.join(' ')} failed: ${e.message}\n${e.stdout ?? ''}${e.stderr ?? ''}`, {
+      cause: err,
+    });
   }
 }
 
@@ -258,7 +275,10 @@ function makeCluster(nodes: ClusterNode[], stop: () => Promise<void>): TestClust
         const fields = line.split(' ');
         const flags = fields[2].split(',');
         // Slot fields are "5461" or "0-5460"; "[slot->-id]" / "[slot-<-id]" mark migrations.
-        const starts = fields.slice(8).filter((f) => !f.startsWith('[')).map((f) => Number(f.split('-')[0]));
+        const starts = fields
+          .slice(8)
+          .filter((f) => !f.startsWith('['))
+          .map((f) => Number(f.split('-')[0]));
         return {
           node,
           master: flags.includes('master'),
@@ -323,9 +343,7 @@ function makeCluster(nodes: ClusterNode[], stop: () => Promise<void>): TestClust
     if (opts.pauseAfterMigratingMs) await sleep(opts.pauseAfterMigratingMs);
     for (;;) {
       // As buffers: keys are binary, and a utf8 round trip would corrupt them.
-      const keys = (await withConnection(from, (r) =>
-        r.callBuffer('CLUSTER', 'GETKEYSINSLOT', slot, MIGRATE_BATCH),
-      )) as Buffer[];
+      const keys = (await withConnection(from, (r) => r.callBuffer('CLUSTER', 'GETKEYSINSLOT', slot, MIGRATE_BATCH))) as Buffer[];
       if (keys.length === 0) break;
       // No REPLACE: a key already on the target would be a bug worth seeing (BUSYKEY).
       const password = accessOf.get(to)?.password;
@@ -351,10 +369,15 @@ function makeCluster(nodes: ClusterNode[], stop: () => Promise<void>): TestClust
     const role = (await command(replica, 'ROLE')) as unknown[];
     if (role[0] !== 'slave') throw new Error(`${label(replica)} is not a replica (ROLE says ${role[0]})`);
     await adminCommand(replica, 'CLUSTER', 'FAILOVER');
-    await waitFor(`${label(replica)} to become master after CLUSTER FAILOVER`, FAILOVER_TIMEOUT_MS, async () => {
-      const now = (await command(replica, 'ROLE')) as unknown[];
-      return now[0] === 'master' ? undefined : `ROLE is still ${now[0]}`;
-    }, () => replica.logs());
+    await waitFor(
+      `${label(replica)} to become master after CLUSTER FAILOVER`,
+      FAILOVER_TIMEOUT_MS,
+      async () => {
+        const now = (await command(replica, 'ROLE')) as unknown[];
+        return now[0] === 'master' ? undefined : `ROLE is still ${now[0]}`;
+      },
+      () => replica.logs(),
+    );
     await waitHealthy();
   };
 
@@ -464,7 +487,10 @@ function slotOwner(ranges: SlotRange[], slot: number): string | undefined {
  */
 async function closeMigrateLinks(target: ClusterNode): Promise<void> {
   const list = String(await command(target, 'CLIENT', 'LIST'));
-  for (const client of list.split('\n').filter((l) => l.trim() !== '').map(parseClientLine)) {
+  for (const client of list
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map(parseClientLine)) {
     if (client.cmd === 'restore-asking') await command(target, 'CLIENT', 'KILL', 'ID', client.id);
   }
 }
@@ -512,7 +538,10 @@ async function adminCommand(node: ClusterNode, ...args: Array<string | Buffer | 
     return await command(node, ...args);
   } catch (err) {
     if ((err as Error).name !== 'ReplyError') throw err; // already names the node
-    const what = args.slice(0, 4).map((a) => (Buffer.isBuffer(a) ? '<binary>' : String(a))).join(' ');
+    const what = args
+      .slice(0, 4)
+      .map((a) => (Buffer.isBuffer(a) ? '<binary>' : String(a)))
+      .join(' ');
     throw new Error(`${label(node)}: ${what}: ${(err as Error).message}`, { cause: err });
   }
 }
@@ -571,12 +600,7 @@ function parseInfo(text: string): Map<string, string> {
 }
 
 /** Polls `problem` until it returns undefined; on timeout, throws with its last answer (or error). */
-async function waitFor(
-  what: string,
-  timeoutMs: number,
-  problem: () => Promise<string | undefined>,
-  logs?: () => string,
-): Promise<void> {
+async function waitFor(what: string, timeoutMs: number, problem: () => Promise<string | undefined>, logs?: () => string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = 'not checked yet';
   while (Date.now() < deadline) {

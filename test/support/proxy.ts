@@ -108,14 +108,22 @@ async function start(opts: TestProxyOptions, extra: string[]): Promise<TestProxy
 /** The Config the command line would build from these options (TLS material given directly). */
 function testConfig(opts: TestProxyOptions, rulePaths: string[], extra: string[]): Config {
   const flags = [
-    '--listen', '127.0.0.1:0',
-    '--upstream', opts.upstream,
-    '--admin-listen', 'off',
-    '--hold-ms', String(opts.holdMs ?? 10),
-    '--connect-timeout-ms', String(opts.connectTimeoutMs ?? 2000),
-    '--idle-timeout-ms', String(opts.idleTimeoutMs ?? 0),
-    '--mode', opts.mode ?? 'enforce',
-    '--shutdown-timeout-ms', '1000',
+    '--listen',
+    '127.0.0.1:0',
+    '--upstream',
+    opts.upstream,
+    '--admin-listen',
+    'off',
+    '--hold-ms',
+    String(opts.holdMs ?? 10),
+    '--connect-timeout-ms',
+    String(opts.connectTimeoutMs ?? 2000),
+    '--idle-timeout-ms',
+    String(opts.idleTimeoutMs ?? 0),
+    '--mode',
+    opts.mode ?? 'enforce',
+    '--shutdown-timeout-ms',
+    '1000',
     ...rulePaths.flatMap((file) => ['--rules', file]),
     ...extra,
   ];
@@ -136,7 +144,12 @@ function capturingLogger() {
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
-      lines.push(...chunk.toString().split('\n').filter((l) => l !== ''));
+      lines.push(
+        ...chunk
+          .toString()
+          .split('\n')
+          .filter((l) => l !== ''),
+      );
       done();
     },
   });

@@ -52,14 +52,22 @@ async function startLocal(opts: StartRedisOptions): Promise<RedisServer> {
     name: 'redis-server',
     password: opts.password,
     args: (port, dir) => [
-      '--port', String(port),
-      '--bind', HOST,
-      '--dir', dir,
-      '--save', '',
-      '--appendonly', 'no',
-      '--daemonize', 'no',
-      '--protected-mode', 'no',
-      '--loglevel', 'warning',
+      '--port',
+      String(port),
+      '--bind',
+      HOST,
+      '--dir',
+      dir,
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--daemonize',
+      'no',
+      '--protected-mode',
+      'no',
+      '--loglevel',
+      'warning',
       ...passwordArgs(opts.password),
       ...(opts.args ?? []),
     ],
@@ -87,9 +95,7 @@ async function startContainer(image: string, opts: StartRedisOptions): Promise<R
   const command = ['redis-server', '--protected-mode', 'no', ...passwordArgs(opts.password), ...userArgs];
   // "Ready to accept connections" is a notice; with a quieter --loglevel only
   // the port can tell readiness.
-  const waitStrategy = userArgs.includes('--loglevel')
-    ? tc.Wait.forListeningPorts()
-    : tc.Wait.forLogMessage(/Ready to accept connections/);
+  const waitStrategy = userArgs.includes('--loglevel') ? tc.Wait.forListeningPorts() : tc.Wait.forLogMessage(/Ready to accept connections/);
 
   let output = '';
   const container: StartedTestContainer = await new tc.GenericContainer(image)

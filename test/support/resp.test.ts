@@ -63,9 +63,7 @@ describe('frameLength', () => {
 
 describe('cmd', () => {
   it('encodes a RESP2 multibulk, binary safe', () => {
-    expect(cmd('SET', 'k', Buffer.from([0, 0xff])).toString('latin1')).toBe(
-      '*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\x00\xff\r\n',
-    );
+    expect(cmd('SET', 'k', Buffer.from([0, 0xff])).toString('latin1')).toBe('*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\x00\xff\r\n');
   });
 });
 
@@ -91,9 +89,7 @@ describe('RawClient against redis-server', () => {
 
   it('reads a pipelined batch and keeps extra replies for the next read', async () => {
     const client = await connect();
-    client.write(
-      Buffer.concat([cmd('SET', 'pipe', 'v'), cmd('GET', 'pipe'), cmd('DEL', 'pipe'), cmd('GET', 'pipe')]),
-    );
+    client.write(Buffer.concat([cmd('SET', 'pipe', 'v'), cmd('GET', 'pipe'), cmd('DEL', 'pipe'), cmd('GET', 'pipe')]));
     expect((await client.readReplies(2)).toString()).toBe('+OK\r\n$1\r\nv\r\n');
     expect((await client.readReplies(2)).toString()).toBe(':1\r\n$-1\r\n');
     await client.close();

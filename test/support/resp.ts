@@ -82,9 +82,7 @@ function frameEnd(buf: Buffer, start: number): number | undefined {
     // An attribute only decorates the reply after it: the frame goes on.
     return frameEnd(buf, end);
   }
-  throw new RespProtocolError(
-    `unknown RESP type byte 0x${buf[start].toString(16).padStart(2, '0')} at offset ${start}`,
-  );
+  throw new RespProtocolError(`unknown RESP type byte 0x${buf[start].toString(16).padStart(2, '0')} at offset ${start}`);
 }
 
 /** Index just past `count` consecutive frames starting at `pos`, or undefined. */
@@ -94,13 +92,7 @@ function elementsEnd(buf: Buffer, pos: number, count: number): number | undefine
   return end;
 }
 
-function blobEnd(
-  buf: Buffer,
-  type: string,
-  header: string,
-  start: number,
-  afterHeader: number,
-): number | undefined {
+function blobEnd(buf: Buffer, type: string, header: string, start: number, afterHeader: number): number | undefined {
   const length = parseLength(type, header, start);
   if (length === -1) return afterHeader; // RESP2 null bulk `$-1`
   const end = afterHeader + length + 2;
@@ -228,11 +220,7 @@ export class RawClient {
    * `chunkSizes` lists piece sizes; bytes left over after them go in one final
    * piece, and sizes past the end are ignored. `'bytewise'` sends one byte per piece.
    */
-  async writeSplit(
-    bytes: Buffer,
-    chunkSizes: number[] | 'bytewise',
-    opts: { delayMs?: number } = {},
-  ): Promise<void> {
+  async writeSplit(bytes: Buffer, chunkSizes: number[] | 'bytewise', opts: { delayMs?: number } = {}): Promise<void> {
     const pieces = splitIntoPieces(bytes, chunkSizes);
     for (let i = 0; i < pieces.length; i++) {
       if (i > 0) await pause(opts.delayMs ?? 0);
@@ -246,23 +234,31 @@ export class RawClient {
    * replies). Extra bytes stay buffered for the next read.
    */
   async readReplies(n: number, timeoutMs = 5000): Promise<Buffer> {
-    return this.exclusiveRead(timeoutMs, () => {
-      const end = endOfFrames(this.buffered, n);
-      if (end === undefined) return undefined;
-      const replies = this.buffered.subarray(0, end);
-      this.buffered = this.buffered.subarray(end);
-      return replies;
-    }, () => `${n} replies (${splitFrames(this.buffered).frames.length} complete so far)`);
+    return this.exclusiveRead(
+      timeoutMs,
+      () => {
+        const end = endOfFrames(this.buffered, n);
+        if (end === undefined) return undefined;
+        const replies = this.buffered.subarray(0, end);
+        this.buffered = this.buffered.subarray(end);
+        return replies;
+      },
+      () => `${n} replies (${splitFrames(this.buffered).frames.length} complete so far)`,
+    );
   }
 
   /** Resolves with every remaining byte once the server has closed the connection. */
   async readUntilClosed(timeoutMs = 5000): Promise<Buffer> {
-    return this.exclusiveRead(timeoutMs, () => {
-      if (!this.closed) return undefined;
-      const rest = this.buffered;
-      this.buffered = Buffer.alloc(0);
-      return rest;
-    }, () => 'the server to close the connection');
+    return this.exclusiveRead(
+      timeoutMs,
+      () => {
+        if (!this.closed) return undefined;
+        const rest = this.buffered;
+        this.buffered = Buffer.alloc(0);
+        return rest;
+      },
+      () => 'the server to close the connection',
+    );
   }
 
   /** Half-closes our side and waits for the server to close; destroys after `timeoutMs`. */
@@ -284,11 +280,7 @@ export class RawClient {
    * Runs `take` whenever the buffer or socket state changes until it returns
    * bytes. Fails on timeout, or on close when `take` still has nothing.
    */
-  private async exclusiveRead(
-    timeoutMs: number,
-    take: () => Buffer | undefined,
-    describeWanted: () => string,
-  ): Promise<Buffer> {
+  private async exclusiveRead(timeoutMs: number, take: () => Buffer | undefined, describeWanted: () => string): Promise<Buffer> {
     if (this.reading) throw new Error('RawClient: another read is already pending');
     this.reading = true;
     try {
@@ -312,10 +304,13 @@ export class RawClient {
   /** Waits for new bytes or close; false if the deadline passes first. */
   private changeBefore(deadline: number): Promise<boolean> {
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.wake = undefined;
-        resolve(false);
-      }, Math.max(0, deadline - Date.now()));
+      const timer = setTimeout(
+        () => {
+          this.wake = undefined;
+          resolve(false);
+        },
+        Math.max(0, deadline - Date.now()),
+      );
       this.wake = () => {
         clearTimeout(timer);
         resolve(true);
@@ -366,9 +361,7 @@ function splitIntoPieces(bytes: Buffer, chunkSizes: number[] | 'bytewise'): Buff
 }
 
 function pause(delayMs: number): Promise<void> {
-  return new Promise((resolve) =>
-    delayMs > 0 ? setTimeout(resolve, delayMs) : setImmediate(resolve),
-  );
+  return new Promise((resolve) => (delayMs > 0 ? setTimeout(resolve, delayMs) : setImmediate(resolve)));
 }
 
 /** Sends `bytes` on a fresh connection to `port` and returns exactly `replies` replies as text. */

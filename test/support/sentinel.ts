@@ -117,22 +117,28 @@ async function waitForReplication(master: RedisServer, replica: RedisServer): Pr
   await waitFor('the replica to sync with the master', async () => {
     const masterInfo = String(await query(master.port, ['INFO', 'replication']));
     const replicaInfo = String(await query(replica.port, ['INFO', 'replication']));
-    return /\r\nconnected_slaves:1\r\n/.test(masterInfo) && /state=online/.test(masterInfo) && /\r\nmaster_link_status:up\r\n/.test(replicaInfo);
+    return (
+      /\r\nconnected_slaves:1\r\n/.test(masterInfo) && /state=online/.test(masterInfo) && /\r\nmaster_link_status:up\r\n/.test(replicaInfo)
+    );
   });
 }
 
 /** The sentinel names the master and knows the replica as a healthy one (so SENTINEL FAILOVER can pick it). */
 async function waitForSentinel(sentinel: SentinelProcess, masterName: string, masterPort: number): Promise<void> {
-  await waitFor(`sentinel ${sentinel.port} to know the master and the replica`, async () => {
-    const addr = await query(sentinel.port, ['SENTINEL', 'get-master-addr-by-name', masterName]);
-    if (!Array.isArray(addr) || addr[1] !== String(masterPort)) return false;
-    const replicas = await query(sentinel.port, ['SENTINEL', 'replicas', masterName]);
-    if (!Array.isArray(replicas) || replicas.length === 0) return false;
-    return replicas.some((fields) => {
-      const map = fieldMap(fields);
-      return map.get('flags') === 'slave' && map.get('master-link-status') === 'ok';
-    });
-  }, () => sentinel.logs());
+  await waitFor(
+    `sentinel ${sentinel.port} to know the master and the replica`,
+    async () => {
+      const addr = await query(sentinel.port, ['SENTINEL', 'get-master-addr-by-name', masterName]);
+      if (!Array.isArray(addr) || addr[1] !== String(masterPort)) return false;
+      const replicas = await query(sentinel.port, ['SENTINEL', 'replicas', masterName]);
+      if (!Array.isArray(replicas) || replicas.length === 0) return false;
+      return replicas.some((fields) => {
+        const map = fieldMap(fields);
+        return map.get('flags') === 'slave' && map.get('master-link-status') === 'ok';
+      });
+    },
+    () => sentinel.logs(),
+  );
 }
 
 async function waitFor(what: string, check: () => Promise<boolean>, logs?: () => string): Promise<void> {

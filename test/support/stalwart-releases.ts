@@ -87,7 +87,9 @@ const LEB = U32.map(leb128);
 /** Unix seconds from 2020 to 2100, as due times are. */
 const UNIX_TIME = fc.integer({ min: 1_577_836_800, max: 4_102_444_800 });
 const DUE_SECONDS = UNIX_TIME.map(BigInt);
-const DUE_EPOCH = fc.tuple(fc.integer({ min: 1_632_280_001, max: 4_102_444_800 }), fc.integer({ min: 0, max: 0xffff }), fc.integer({ min: 0, max: 0xffff })).map(([t, a, s]) => taskEpoch(t, a, s));
+const DUE_EPOCH = fc
+  .tuple(fc.integer({ min: 1_632_280_001, max: 4_102_444_800 }), fc.integer({ min: 0, max: 0xffff }), fc.integer({ min: 0, max: 0xffff }))
+  .map(([t, a, s]) => taskEpoch(t, a, s));
 
 /** Domains as Stalwart holds them: lowercased ASCII names, A-labels, raw UTF-8 (SMTPUTF8). */
 const DOMAIN = fc.oneof(
@@ -95,11 +97,13 @@ const DOMAIN = fc.oneof(
   fc.constantFrom('example.com', 'xn--bcher-kva.example', 'bücher.example', 'почта.рф', 'a.b', 'mx_1.example.org'),
 );
 
-const QUEUE_NAME = fc.oneof(
-  fc.constantFrom('default', 'local', 'remote', 'dsn', 'report', 'a', 'remote12'),
-  fc.stringMatching(/^[a-z0-9-]{1,8}$/),
-  fc.string({ unit: 'grapheme', minLength: 1, maxLength: 3 }).filter((s) => Buffer.byteLength(s) <= 8),
-).map((name) => bytes(name, Array<number>(8 - Buffer.byteLength(name)).fill(0)));
+const QUEUE_NAME = fc
+  .oneof(
+    fc.constantFrom('default', 'local', 'remote', 'dsn', 'report', 'a', 'remote12'),
+    fc.stringMatching(/^[a-z0-9-]{1,8}$/),
+    fc.string({ unit: 'grapheme', minLength: 1, maxLength: 3 }).filter((s) => Buffer.byteLength(s) <= 8),
+  )
+  .map((name) => bytes(name, Array<number>(8 - Buffer.byteLength(name)).fill(0)));
 
 const SEARCH_INDEX = fc.integer({ min: 0, max: 255 });
 const DECIMAL_U32 = U32.map((n) => n.toString());
@@ -150,7 +154,10 @@ function tlsReport(expiry: number): LockKind {
     rule: 'stalwart-tls-report-lock',
     expiry,
     keys: fc.tuple(DUE_SECONDS, DOMAIN).map(([due, domain]) => bytes([0x16, 0x00], u64be(due), domain)),
-    example: { key: bytes([0x16, 0x00], u64be(BigInt(MAY_2026)), 'example.org'), what: 'TLS report for example.org due 2026-05-01T10:00:00Z' },
+    example: {
+      key: bytes([0x16, 0x00], u64be(BigInt(MAY_2026)), 'example.org'),
+      what: 'TLS report for example.org due 2026-05-01T10:00:00Z',
+    },
   };
 }
 
@@ -242,9 +249,11 @@ const migrationAccount: LockKind = {
 // ---------------------------------------------------------------------------------------------
 
 /** A rate-limit window: now / period (u64 BE), with EXPIRE = seconds left in it (1..period). */
-const WINDOW = fc.tuple(UNIX_TIME, fc.integer({ min: 1, max: 30 * 86_400 })).chain(([now, period]) =>
-  fc.integer({ min: 1, max: period }).map((left) => ({ window: u64be(BigInt(Math.floor(now / period))), expiry: left })),
-);
+const WINDOW = fc
+  .tuple(UNIX_TIME, fc.integer({ min: 1, max: 30 * 86_400 }))
+  .chain(([now, period]) =>
+    fc.integer({ min: 1, max: period }).map((left) => ({ window: u64be(BigInt(Math.floor(now / period))), expiry: left })),
+  );
 
 /** Printable bytes that a lock rule's text parts or a domain would accept. */
 const DOMAIN_LIKE = fc.uint8Array({ minLength: 0, maxLength: 40 }).map((a) => Buffer.from(a.map((b) => 0x21 + (b % 94))));
@@ -257,8 +266,15 @@ const DOMAIN_LIKE = fc.uint8Array({ minLength: 0, maxLength: 40 }).map((a) => Bu
 const THROTTLE_HASH = fc.oneof(
   fc.uint8Array({ minLength: 32, maxLength: 32 }).map(Buffer.from),
   fc
-    .tuple(fc.constantFrom(0x14, 0x15, 0x16, 0x17, 0x18), fc.constantFrom(0x00, 0x01, 0x02, 0x03, 0x04), fc.uint8Array({ minLength: 8, maxLength: 8 }), DOMAIN_LIKE)
-    .map(([prefix, sub, due, rest]) => Buffer.concat([Buffer.from([prefix, sub]), Buffer.from(due), rest, Buffer.alloc(32)]).subarray(0, 32)),
+    .tuple(
+      fc.constantFrom(0x14, 0x15, 0x16, 0x17, 0x18),
+      fc.constantFrom(0x00, 0x01, 0x02, 0x03, 0x04),
+      fc.uint8Array({ minLength: 8, maxLength: 8 }),
+      DOMAIN_LIKE,
+    )
+    .map(([prefix, sub, due, rest]) =>
+      Buffer.concat([Buffer.from([prefix, sub]), Buffer.from(due), rest, Buffer.alloc(32)]).subarray(0, 32),
+    ),
   fc.constant(bytes('purge:', '1234567890123456789012345678'.padEnd(26, 'x'))),
 );
 
@@ -283,7 +299,13 @@ const smtpThrottle = windowed('SMTP throttle (hash + window)', THROTTLE_HASH);
 const prefixedRateLimits = windowed(
   'rate limits 0x02-0x0A',
   fc
-    .tuple(fc.integer({ min: 0x02, max: 0x0a }), fc.oneof(CALLER_TEXT.map((t) => Buffer.from(t)), fc.uint8Array({ minLength: 0, maxLength: 48 }).map(Buffer.from)))
+    .tuple(
+      fc.integer({ min: 0x02, max: 0x0a }),
+      fc.oneof(
+        CALLER_TEXT.map((t) => Buffer.from(t)),
+        fc.uint8Array({ minLength: 0, maxLength: 48 }).map(Buffer.from),
+      ),
+    )
     .map(([prefix, rest]) => Buffer.concat([Buffer.from([prefix]), rest])),
 );
 

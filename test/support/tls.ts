@@ -26,13 +26,45 @@ function openssl(dir: string, ...args: string[]): void {
 }
 
 function makeCa(dir: string, name: string): void {
-  openssl(dir, 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.crt`);
+  openssl(
+    dir,
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-days',
+    '2',
+    '-subj',
+    `/CN=${name}`,
+    '-keyout',
+    `${name}.key`,
+    '-out',
+    `${name}.crt`,
+  );
 }
 
 function makeSigned(dir: string, name: string, ca: string, extensions: string): void {
   fs.writeFileSync(path.join(dir, `${name}.ext`), extensions);
   openssl(dir, 'req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.csr`);
-  openssl(dir, 'x509', '-req', '-in', `${name}.csr`, '-CA', `${ca}.crt`, '-CAkey', `${ca}.key`, '-CAcreateserial', '-days', '2', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+  openssl(
+    dir,
+    'x509',
+    '-req',
+    '-in',
+    `${name}.csr`,
+    '-CA',
+    `${ca}.crt`,
+    '-CAkey',
+    `${ca}.key`,
+    '-CAcreateserial',
+    '-days',
+    '2',
+    '-extfile',
+    `${name}.ext`,
+    '-out',
+    `${name}.crt`,
+  );
 }
 
 export function makeCertificates(): TestCertificates {
@@ -58,10 +90,15 @@ export function makeCertificates(): TestCertificates {
 /** redis-server arguments for a TLS-only Redis (`port 0` turns plain TCP off); `clientCerts` makes it require client certificates. */
 export function redisTlsArgs(certs: TestCertificates, tlsPort: number, clientCerts: boolean): string[] {
   return [
-    '--tls-port', String(tlsPort),
-    '--tls-cert-file', certs.serverCert,
-    '--tls-key-file', certs.serverKey,
-    '--tls-ca-cert-file', certs.caCert,
-    '--tls-auth-clients', clientCerts ? 'yes' : 'no',
+    '--tls-port',
+    String(tlsPort),
+    '--tls-cert-file',
+    certs.serverCert,
+    '--tls-key-file',
+    certs.serverKey,
+    '--tls-ca-cert-file',
+    certs.caCert,
+    '--tls-auth-clients',
+    clientCerts ? 'yes' : 'no',
   ];
 }
