@@ -4,7 +4,7 @@
  * expects from MULTI / INCR[BY] / [P]EXPIRE / EXEC.
  */
 import { createHash } from 'node:crypto';
-import { encodeCommand } from '../resp/encode.js';
+import { appendBulks, encodeHead } from '../resp/encode.js';
 import { REPLIES_HEAD } from './block-replies.js';
 
 /**
@@ -63,11 +63,20 @@ export interface LockCall {
   ttl: Buffer;
 }
 
+/** What every script call starts with: EVALSHA (or EVAL with the source), the script, one key. */
+const EVALSHA_HEAD = encodeHead(8, 'EVALSHA', LOCK_SCRIPT_SHA, '1');
+const EVAL_HEAD = encodeHead(8, 'EVAL', LOCK_SCRIPT, '1');
+const COMMAND_NAMES = { INCR: Buffer.from('INCR'), INCRBY: Buffer.from('INCRBY'), EXPIRE: Buffer.from('EXPIRE'), PEXPIRE: Buffer.from('PEXPIRE') };
+
 /** The RESP command that runs the script: EVALSHA normally, EVAL when the script cache lost it. */
 export function encodeLockCall(call: LockCall, withSource: boolean): Buffer {
-  return withSource
-    ? encodeCommand('EVAL', LOCK_SCRIPT, '1', call.key, call.increment, call.delta, call.expire, call.ttl)
-    : encodeCommand('EVALSHA', LOCK_SCRIPT_SHA, '1', call.key, call.increment, call.delta, call.expire, call.ttl);
+  return appendBulks(withSource ? EVAL_HEAD : EVALSHA_HEAD, [
+    call.key,
+    COMMAND_NAMES[call.increment],
+    call.delta,
+    COMMAND_NAMES[call.expire],
+    call.ttl,
+  ]);
 }
 
 export type ScriptOutcome =
