@@ -6,6 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { formatAddress } from './address.js';
 import { createMetricsRegistry } from './admin/metrics.js';
+import { startAttemptReport } from './admin/attempt-report.js';
+import { LockScanner } from './admin/lock-scan.js';
 import { startAdminServer, type AdminServer } from './admin/server.js';
 import { ClusterManager } from './cluster/manager.js';
 import type { NodeDirectory } from './cluster/rewrite.js';
@@ -29,6 +31,8 @@ export interface App {
   readonly adminAddress: ListenAddress | null;
   readonly rules: RuleStore;
   readonly stats: Stats;
+  /** The abandoned-lock scan, when --lock-scan-interval-ms is set. */
+  readonly lockScan: LockScanner | null;
   /** With --cluster: the node listeners. */
   readonly cluster: ClusterManager | null;
   /** Client connections open, on every listener. */
@@ -91,6 +95,19 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
     }
     return lastProbe.result;
   };
+  const lockScan =
+    config.lockScanIntervalMs === 0
+      ? null
+      : new LockScanner({
+          target: config.upstream,
+          tls: config.upstreamTls,
+          timeoutMs: config.connectTimeoutMs,
+          intervalMs: config.lockScanIntervalMs,
+          maxKeys: config.lockScanMaxKeys,
+          rules: () => rules.current,
+          locate: sentinel === null ? undefined : () => sentinel.locate(),
+          log,
+        });
   let admin: AdminServer | null = null;
   const adminListen = config.adminListen;
   if (adminListen !== null) {
@@ -99,6 +116,8 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
         rulesLoaded: () => rules.current.rules.length,
         ruleFiles: () => rules.current.files,
         clusterNodes: cluster === null ? undefined : () => cluster.nodes(),
+        ready,
+        lockScan: lockScan === null ? undefined : () => lockScan.latest,
       }),
       ready,
       log,
@@ -109,16 +128,20 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
     });
   }
   if (config.watchRules) rules.watch();
+  lockScan?.start();
+  const stopReport = config.lockAttemptReportMs === 0 ? () => {} : startAttemptReport(stats, log, config.lockAttemptReportMs);
 
   const stopRest = async (): Promise<void> => {
     rules.close();
-    await Promise.all([admin?.close(), sentinel?.close()]);
+    stopReport();
+    await Promise.all([admin?.close(), sentinel?.close(), lockScan?.stop()]);
   };
   return {
     address: seed.address,
     adminAddress: admin?.address ?? null,
     rules,
     stats,
+    lockScan,
     cluster,
     get sessionCount() {
       return seed.sessionCount + (cluster?.sessionCount ?? 0);

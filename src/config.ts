@@ -90,6 +90,11 @@ export interface Config {
   /** Close client connections idle this long; 0: never. */
   readonly idleTimeoutMs: number;
   readonly lockPipelining: boolean;
+  /** How often the old-shape attempt report is logged; 0: never. */
+  readonly lockAttemptReportMs: number;
+  /** How often the lock keys are scanned for the abandoned-lock metrics; 0: never. */
+  readonly lockScanIntervalMs: number;
+  readonly lockScanMaxKeys: number;
   /** TLS towards Redis, set for rediss:// upstreams. */
   readonly upstreamTls: UpstreamTls | null;
   /** TLS for clients, when --tls-cert is set. */
@@ -192,6 +197,9 @@ function buildConfig(settings: RawSettings): Config {
     warnings: deprecatedGiven(settings),
     idleTimeoutMs: integer(settings, 'idle-timeout-ms'),
     lockPipelining: boolean(settings, 'lock-pipelining'),
+    lockAttemptReportMs: integer(settings, 'lock-attempt-report-ms'),
+    lockScanIntervalMs: integer(settings, 'lock-scan-interval-ms'),
+    lockScanMaxKeys: integer(settings, 'lock-scan-max-keys'),
     upstreamTls,
     listenerTls,
     sentinel,
@@ -209,7 +217,7 @@ function upstreamsFrom(settings: RawSettings, clustered: boolean): UpstreamTarge
 }
 
 /** TLS towards a rediss:// upstream; its settings are refused for any other. */
-function upstreamTlsFrom(settings: RawSettings, upstream: UpstreamTarget): UpstreamTls | null {
+export function upstreamTlsFrom(settings: RawSettings, upstream: UpstreamTarget): UpstreamTls | null {
   const tlsFlags = ['upstream-ca', 'upstream-cert', 'upstream-key', 'upstream-servername'] as const;
   if (!upstream.tls && (tlsFlags.some((f) => settings[f] !== undefined) || boolean(settings, 'upstream-insecure'))) {
     throw new ConfigError(`--${tlsFlags.find((f) => settings[f] !== undefined) ?? 'upstream-insecure'} needs a rediss:// upstream URL`);

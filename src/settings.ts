@@ -61,6 +61,27 @@ export const OPTIONS = {
     max: 1_000_000,
     help: 'client connections at once; more are refused as Redis does',
   },
+  'lock-attempt-report-ms': {
+    kind: 'integer',
+    default: 3_600_000,
+    min: 0,
+    max: 86_400_000,
+    help: 'how often to log whether old-shape lock attempts (MULTI/INCRBY/EXPIRE/EXEC) were seen (0: never)',
+  },
+  'lock-scan-interval-ms': {
+    kind: 'integer',
+    default: 0,
+    min: 0,
+    max: 86_400_000,
+    help: 'scan Redis for lock keys this often, for the abandoned-lock metrics (0: never)',
+  },
+  'lock-scan-max-keys': {
+    kind: 'integer',
+    default: 100_000,
+    min: 1,
+    max: 100_000_000,
+    help: 'lock keys read per scan at most (the work of one scan is bounded)',
+  },
   'max-frame-bytes': {
     kind: 'integer',
     help: 'no longer used: requests stream to Redis, whose own limits apply',

@@ -14,6 +14,8 @@ export class RuleCounters {
   observed = 0;
   /** Blocks whose script could not run and were sent unchanged, by error prefix (NOPERM, BUSY, ...). */
   readonly fallbacks = new Map<string, number>();
+  /** Lock attempts in the fixed shape (SET key value NX EX n, Stalwart 0.16.16+) on the rule's keys. */
+  fixedShape = 0;
 }
 
 /** Upper bounds (seconds) of the upstream connect latency buckets. */
@@ -73,6 +75,10 @@ export class Stats {
   blockSeen(rule: string): void {
     this.blocksSeen++;
     this.rule(rule).seen++;
+  }
+
+  fixedShapeAttempt(rule: string): void {
+    this.rule(rule).fixedShape++;
   }
 
   blockRewritten(rule: string): void {

@@ -37,6 +37,12 @@ const OTHER_FLAGS = new Set([
   'lock-seconds',
   'without',
   'baseline',
+  // npm, useradd and systemctl in the systemd steps
+  'prefix',
+  'system',
+  'no-create-home',
+  'shell',
+  'now',
 ]);
 
 describe('README', () => {

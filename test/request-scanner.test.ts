@@ -11,16 +11,27 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Cmd } from '../src/resp/commands.js';
 import { seededBytes, splitAt } from './support/chunks.js';
-import { END, HEAD, MALFORMED, MAX_CAPTURED_KEY, MAX_CAPTURED_VALUE, MAX_LINE, RequestScanner } from '../src/resp/request-scanner.js';
+import {
+  END,
+  HEAD,
+  MALFORMED,
+  MAX_CAPTURED_KEY,
+  MAX_CAPTURED_OPTION,
+  MAX_CAPTURED_VALUE,
+  MAX_LINE,
+  RequestScanner,
+} from '../src/resp/request-scanner.js';
+import { cmd } from './support/resp.js';
 
 // ---------------------------------------------------------------------------
 // Independent model
 // ---------------------------------------------------------------------------
 
-/** Capture capacities the proxy documents: name 12 bytes, key 1024, value 32. */
+/** Capture capacities the proxy documents: name 12 bytes, key 1024, value 32, option words 8. */
 const NAME_CAPACITY = 12;
 const KEY_CAPACITY = 1024;
 const VALUE_CAPACITY = 32;
+const OPTION_CAPACITY = 8;
 
 const ORACLE_NAMES = new Map<string, Cmd>([
   ['multi', Cmd.Multi],
@@ -31,6 +42,7 @@ const ORACLE_NAMES = new Map<string, Cmd>([
   ['reset', Cmd.Reset],
   ['incr', Cmd.Incr],
   ['incrby', Cmd.Incrby],
+  ['set', Cmd.Set],
   ['expire', Cmd.Expire],
   ['pexpire', Cmd.Pexpire],
   ['client', Cmd.Client],
@@ -57,8 +69,10 @@ function oracleClassify(name: Uint8Array): Cmd {
 }
 
 /** Arguments (name included) the proxy must see before the head is known. */
-function oracleHeadArgs(cmd: Cmd): number {
+function oracleHeadArgs(cmd: Cmd, argc: number): number {
   switch (cmd) {
+    case Cmd.Set:
+      return argc === 6 ? 5 : 1; // SET key value NX EX n: key and option words
     case Cmd.Incr:
     case Cmd.Client:
     case Cmd.Cluster:
@@ -140,7 +154,7 @@ function model(frames: FrameSpec[]): { bytes: Buffer; records: FrameRecord[] } {
       const args = f.args.map(latin1);
       const argc = args.length;
       const cmd = args[0].length > NAME_CAPACITY ? Cmd.Other : oracleClassify(args[0]);
-      const headArgs = Math.min(oracleHeadArgs(cmd), argc);
+      const headArgs = Math.min(oracleHeadArgs(cmd, argc), argc);
       let head = -1;
       let oversize = false;
       let key = '';
@@ -149,7 +163,7 @@ function model(frames: FrameSpec[]): { bytes: Buffer; records: FrameRecord[] } {
       args.forEach((arg, i) => {
         push(`$${arg.length}\r${lf}`);
         if (head < 0 && i < headArgs) {
-          const capacity = i === 0 ? NAME_CAPACITY : i === 1 ? KEY_CAPACITY : VALUE_CAPACITY;
+          const capacity = i === 0 ? NAME_CAPACITY : i === 1 ? KEY_CAPACITY : i === 2 ? VALUE_CAPACITY : OPTION_CAPACITY;
           if (arg.length > capacity) {
             // Too long to matter: the head is known right after the length line.
             oversize = true;
@@ -356,7 +370,31 @@ describe('RequestScanner examples', () => {
   it('exports the capacities the model assumes', () => {
     expect(MAX_CAPTURED_KEY).toBe(KEY_CAPACITY);
     expect(MAX_CAPTURED_VALUE).toBe(VALUE_CAPACITY);
+    expect(MAX_CAPTURED_OPTION).toBe(OPTION_CAPACITY);
     expect(MAX_LINE).toBe(64 * 1024);
+  });
+
+  it('captures the key and option words of SET key value NX EX n, and of no other SET', () => {
+    const scanner = new RequestScanner();
+    const bytes = Buffer.concat([cmd('SET', 'k', '1796000000', 'NX', 'EX', '3600'), cmd('SET', 'a', 'b')]);
+    scanner.newChunk();
+    const heads: Array<[number, string, string, string]> = [];
+    for (let pos = 0; pos < bytes.length;) {
+      pos = scanner.next(bytes, pos);
+      if (scanner.event & HEAD) {
+        const text = (buf: Buffer, length: number) => buf.toString('latin1', 0, length);
+        heads.push([
+          scanner.argc,
+          text(scanner.key, scanner.keyLength),
+          text(scanner.arg3, scanner.arg3Length),
+          text(scanner.arg4, scanner.arg4Length),
+        ]);
+      }
+    }
+    expect(heads).toEqual([
+      [6, 'k', 'NX', 'EX'],
+      [3, '', '', ''], // HEAD right after the name: nothing else is looked at
+    ]);
   });
 
   it('frames a Stalwart lock block with a binary key', () => {
@@ -448,7 +486,7 @@ describe('RequestScanner examples', () => {
   it('flags inline commands with quotes', () => {
     const records = scanBoth(b('SET "a b" c\r\nGET \'k\'\r\nPING\r\nECHO x"\n'));
     expect(records.map((r) => r.inlineOpaque)).toEqual([true, true, false, true]);
-    expect(records.map((r) => r.cmd)).toEqual([Cmd.Other, Cmd.Other, Cmd.Other, Cmd.Other]);
+    expect(records.map((r) => r.cmd)).toEqual([Cmd.Set, Cmd.Other, Cmd.Other, Cmd.Other]);
   });
 
   it('treats *0, *-1 and other non-positive counts as empty frames', () => {
@@ -503,7 +541,7 @@ describe('RequestScanner examples', () => {
       [END, setEnd],
       [HEAD | END, setEnd + 6],
     ]);
-    expect(headSeen).toEqual({ cmd: Cmd.Other, argc: 3, keyLength: 0, chunk: 0 });
+    expect(headSeen).toEqual({ cmd: Cmd.Set, argc: 3, keyLength: 0, chunk: 0 });
 
     // Nothing the scanner keeps refers to the stream's memory, and all it owns is small.
     const owned: unknown[] = [];

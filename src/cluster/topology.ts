@@ -3,10 +3,10 @@
  * (Redis 7.0+), else CLUSTER NODES. The proxy needs every node a client could
  * be sent to, masters and replicas, with the address the proxy dials.
  */
-import net from 'node:net';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Redis } from 'ioredis';
 import type { UpstreamTls } from '../config.js';
 import { TopologyError } from '../errors.js';
+import { upstreamRedisOptions } from '../upstream/redis-client.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 
 export interface ClusterNodeInfo {
@@ -23,34 +23,6 @@ export interface ClusterNodeInfo {
   readonly slots: ReadonlyArray<readonly [number, number]>;
 }
 
-function redisOptionsFor(target: UpstreamTarget, tls: UpstreamTls | null, host: string, port: number, timeoutMs: number): RedisOptions {
-  return {
-    host,
-    port,
-    username: target.username,
-    password: target.password,
-    ...(tls !== null
-      ? {
-          tls: {
-            ca: tls.ca,
-            cert: tls.cert,
-            key: tls.key,
-            servername: tls.servername ?? (net.isIP(host) === 0 ? host : undefined),
-            rejectUnauthorized: !tls.insecure,
-          },
-        }
-      : {}),
-    lazyConnect: true,
-    connectTimeout: timeoutMs,
-    commandTimeout: timeoutMs,
-    enableReadyCheck: false,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    disableClientInfo: true,
-  };
-}
-
 /** Asks the node at host:port for the cluster's nodes. */
 export async function fetchTopology(
   target: UpstreamTarget,
@@ -59,7 +31,7 @@ export async function fetchTopology(
   port: number,
   timeoutMs: number,
 ): Promise<ClusterNodeInfo[]> {
-  const redis = new Redis(redisOptionsFor(target, tls, host, port, timeoutMs));
+  const redis = new Redis(upstreamRedisOptions(target, tls, timeoutMs, { host, port }));
   let lastError: Error | undefined;
   redis.on('error', (err: Error) => (lastError = err));
   try {

@@ -66,7 +66,12 @@ export interface LockCall {
 /** What every script call starts with: EVALSHA (or EVAL with the source), the script, one key. */
 const EVALSHA_HEAD = encodeHead(8, 'EVALSHA', LOCK_SCRIPT_SHA, '1');
 const EVAL_HEAD = encodeHead(8, 'EVAL', LOCK_SCRIPT, '1');
-const COMMAND_NAMES = { INCR: Buffer.from('INCR'), INCRBY: Buffer.from('INCRBY'), EXPIRE: Buffer.from('EXPIRE'), PEXPIRE: Buffer.from('PEXPIRE') };
+const COMMAND_NAMES = {
+  INCR: Buffer.from('INCR'),
+  INCRBY: Buffer.from('INCRBY'),
+  EXPIRE: Buffer.from('EXPIRE'),
+  PEXPIRE: Buffer.from('PEXPIRE'),
+};
 
 /** The RESP command that runs the script: EVALSHA normally, EVAL when the script cache lost it. */
 export function encodeLockCall(call: LockCall, withSource: boolean): Buffer {

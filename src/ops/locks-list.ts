@@ -18,6 +18,8 @@ export const READ_BATCH = 500;
 /** One lock key as read from Redis. */
 export interface LockRow {
   readonly key: Buffer;
+  /** The node it was read from (host:port), in a cluster one of the masters. */
+  readonly node: string;
   readonly rule: string;
   /** The value as a lock counter (an integer below 10^9), or undefined when it is not one. */
   readonly counter: bigint | undefined;
@@ -30,32 +32,61 @@ export interface LockRow {
   readonly what: string;
   /** Why the lock looks abandoned; empty when it does not. */
   readonly flags: readonly string[];
+  /** Others tried to take it while it was held (counter above 1), or a SET NX deadline long passed. */
+  readonly abandoned: boolean;
+  /** It has no expiry: it never goes away by itself. */
+  readonly noExpiry: boolean;
 }
 
-/** Every key a rule matches, with its value and TTL, in the order SCAN found them. */
-export async function listLocks(redis: Redis, rules: RuleSet, count: number): Promise<LockRow[]> {
+/** What one read of the lock keys found. */
+export interface LockScan {
+  readonly rows: LockRow[];
+  /** It stopped at `maxKeys` lock keys: there may be more. */
+  readonly truncated: boolean;
+}
+
+/** Every key a rule matches on one node, with its value and TTL, in the order SCAN found them. */
+export async function listLocks(redis: Redis, rules: RuleSet, count: number, node = ''): Promise<LockRow[]> {
+  return (await scanLocks(redis, rules, { count, node })).rows;
+}
+
+/**
+ * The lock keys on one node, at most `maxKeys` of them (the proxy's periodic scan bounds its
+ * work per run this way). SCAN with MATCH on each rule's prefix, a page at a time.
+ */
+export async function scanLocks(
+  redis: Redis,
+  rules: RuleSet,
+  options: { count: number; node: string; maxKeys?: number },
+): Promise<LockScan> {
+  const maxKeys = options.maxKeys ?? Number.POSITIVE_INFINITY;
   const rows: LockRow[] = [];
   const seen = new Set<string>();
   let batch: Array<{ key: Buffer; rule: Rule }> = [];
+  const flush = async () => {
+    rows.push(...(await readBatch(redis, rules, batch, options.node)));
+    batch = [];
+  };
   for (const prefix of scanPrefixes(rules.rules)) {
-    for await (const keys of scanPages(redis, globPatternFor(prefix), count)) {
+    for await (const keys of scanPages(redis, globPatternFor(prefix), options.count)) {
       for (const key of keys) {
         const rule = rules.match(key);
         if (rule === undefined) continue;
         const id = key.toString('latin1');
         // SCAN may return a key twice (the table can be rehashed between calls).
         if (seen.has(id)) continue;
+        if (seen.size >= maxKeys) {
+          if (batch.length > 0) await flush();
+          return { rows, truncated: true };
+        }
         seen.add(id);
         batch.push({ key, rule });
-        if (batch.length >= READ_BATCH) {
-          rows.push(...(await readBatch(redis, rules, batch)));
-          batch = [];
-        }
+        if (batch.length >= READ_BATCH) await flush();
       }
     }
   }
-  if (batch.length > 0) rows.push(...(await readBatch(redis, rules, batch)));
-  return rows;
+  if (batch.length > 0) await flush();
+  return { rows, truncated: false };
 }
 
 /** The rules' distinct prefixes, without those another listed prefix already covers. */
@@ -94,7 +125,12 @@ async function* scanPages(redis: Redis, pattern: Buffer, count: number): AsyncGe
 }
 
 /** The rows of these keys, read in one pipeline; keys gone since SCAN saw them have none. */
-export async function readBatch(redis: Redis, rules: RuleSet, batch: ReadonlyArray<{ key: Buffer; rule: Rule }>): Promise<LockRow[]> {
+export async function readBatch(
+  redis: Redis,
+  rules: RuleSet,
+  batch: ReadonlyArray<{ key: Buffer; rule: Rule }>,
+  node: string,
+): Promise<LockRow[]> {
   // TIME first: SET NX deadlines are compared with Redis's clock, not this machine's.
   const pipeline = redis.pipeline().time();
   for (const { key } of batch) pipeline.getBuffer(key).pttl(key);
@@ -111,7 +147,9 @@ export async function readBatch(redis: Redis, rules: RuleSet, batch: ReadonlyArr
     if (pttl === -2) return; // gone since SCAN saw it: released or expired
     if (getError && !/^WRONGTYPE/.test(getError.message)) throw getError;
     if (!getError && value === null) return; // gone between the two reads
-    rows.push(makeRow(key, rule.name, describeLockKey(key, rules), getError ? undefined : (value as Buffer), Number(pttl), nowSeconds));
+    rows.push(
+      makeRow(key, node, rule.name, describeLockKey(key, rules), getError ? undefined : (value as Buffer), Number(pttl), nowSeconds),
+    );
   });
   return rows;
 }
@@ -126,7 +164,15 @@ const DEADLINE_MIN = 1_000_000_000n;
 const DEADLINE_SLACK_SECONDS = 60n;
 
 /** `nowSeconds`: Redis's clock (TIME), for SET NX deadlines. */
-function makeRow(key: Buffer, rule: string, description: string, value: Buffer | undefined, pttl: number, nowSeconds: bigint): LockRow {
+function makeRow(
+  key: Buffer,
+  node: string,
+  rule: string,
+  description: string,
+  value: Buffer | undefined,
+  pttl: number,
+  nowSeconds: bigint,
+): LockRow {
   const integer = value !== undefined ? integerValue(value) : undefined;
   const flags: string[] = [];
   let what = description;
@@ -144,8 +190,9 @@ function makeRow(key: Buffer, rule: string, description: string, value: Buffer |
       flags.push(`likely abandoned (counter ${counter}: other nodes tried to take it)`);
     }
   }
+  const abandoned = flags.length > 0;
   if (pttl === -1) flags.push('no expiry: never expires');
-  return { key, rule, counter, deadline, value, pttl, what, flags };
+  return { key, node, rule, counter, deadline, value, pttl, what, flags, abandoned, noExpiry: pttl === -1 };
 }
 
 /** The value as Redis's INCR reads it, or undefined. */

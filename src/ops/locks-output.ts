@@ -6,21 +6,23 @@ import { describeKey, escapeKey } from '../key-text.js';
 import type { Io } from './command.js';
 import type { LockRow } from './locks-list.js';
 
-const COLUMNS = ['KEY', 'RULE', 'COUNTER', 'TTL', 'WHAT', 'FLAG'] as const;
+const COLUMNS = ['KEY', 'RULE', 'COUNTER', 'TTL', 'WHAT', 'FLAG'];
 
-export function printRows(rows: readonly LockRow[], json: boolean, io: Io): void {
+/** The rows as a table, or with --json one object per line. `byNode`: a NODE column (a cluster's masters). */
+export function printRows(rows: readonly LockRow[], json: boolean, io: Io, byNode = false): void {
   if (json) {
     for (const row of rows) io.stdout(`${JSON.stringify(rowJson(row))}\n`);
     return;
   }
   if (rows.length === 0) return;
-  io.stdout(table(rows));
+  io.stdout(table(rows, byNode));
 }
 
 /** The rows as a table under a header line, columns padded to their widest cell. */
-export function table(rows: readonly LockRow[]): string {
-  const all = [[...COLUMNS], ...rows.map(rowCells)];
-  const widths = COLUMNS.map((_, c) => Math.max(...all.map((line) => line[c].length)));
+export function table(rows: readonly LockRow[], byNode = false): string {
+  const header = byNode ? ['NODE', ...COLUMNS] : COLUMNS;
+  const all = [header, ...rows.map((row) => (byNode ? [row.node, ...rowCells(row)] : rowCells(row)))];
+  const widths = header.map((_, c) => Math.max(...all.map((line) => line[c].length)));
   return all
     .map((line) =>
       line
@@ -58,6 +60,7 @@ export function rowJson(row: LockRow): Record<string, unknown> {
   return {
     key: escapeKey(row.key),
     key_hex: row.key.toString('hex'),
+    node: row.node,
     rule: row.rule,
     counter,
     deadline: row.deadline === undefined ? null : Number(row.deadline),
@@ -76,11 +79,12 @@ export function rowSummary(row: LockRow): string {
   return parts.join(', ');
 }
 
-/** The listing's last line. */
-export function summary(rows: readonly LockRow[]): string {
-  if (rows.length === 0) return 'no lock keys found\n';
+/** The listing's last line; `masters`: how many a cluster's keys were read from. */
+export function summary(rows: readonly LockRow[], masters?: number): string {
+  const where = masters === undefined ? '' : ` on ${masters} master(s)`;
+  if (rows.length === 0) return `no lock keys found${where}\n`;
   const flagged = rows.filter((row) => row.flags.length > 0).length;
-  return `${rows.length} lock key(s), ${flagged} flagged\n`;
+  return `${rows.length} lock key(s)${where}, ${flagged} flagged\n`;
 }
 
 /** One result line: the text, or with --json the record. */

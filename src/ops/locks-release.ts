@@ -7,6 +7,7 @@ import type { Redis } from 'ioredis';
 import { escapeKey } from '../key-text.js';
 import type { RuleSet } from '../rules/types.js';
 import type { Io } from './command.js';
+import type { LockNode, LockNodes } from './lock-nodes.js';
 import { describeLockKey, READ_BATCH, readBatch, type LockRow } from './locks-list.js';
 import { printResult, rowJson, rowSummary, table } from './locks-output.js';
 
@@ -43,7 +44,7 @@ export interface ReleaseOptions {
 
 /** --release KEY...: says what each key is, then deletes it. Exit code 1 when a key is not a lock. */
 export async function releaseNamed(
-  redis: Redis,
+  nodes: LockNodes,
   rules: RuleSet,
   keys: readonly Buffer[],
   options: ReleaseOptions,
@@ -51,7 +52,7 @@ export async function releaseNamed(
 ): Promise<number> {
   const out = (text: string, record: Record<string, unknown>) => printResult(io, options.json, text, record);
   let failed = 0;
-  const targets: Buffer[] = [];
+  const targets: Array<{ key: Buffer; node: LockNode }> = [];
   for (const key of keys) {
     const shown = escapeKey(key);
     const rule = rules.match(key);
@@ -64,18 +65,19 @@ export async function releaseNamed(
       });
       continue;
     }
-    const [row] = await readBatch(redis, rules, [{ key, rule }]);
+    const node = await nodes.nodeFor(key);
+    const [row] = await readBatch(node.redis, rules, [{ key, rule }], node.name);
     if (row === undefined) {
       const what = describeLockKey(key, rules);
       out(`not found ${shown} (${what}): nothing to delete`, { action: 'not-found', key: shown, rule: rule.name, what });
       continue;
     }
     out(`will delete ${shown}: ${rowSummary(row)}`, { action: 'will-delete', ...rowJson(row) });
-    targets.push(key);
+    targets.push({ key, node });
   }
-  for (const key of targets) {
+  for (const { key, node } of targets) {
     const shown = escapeKey(key);
-    const deleted = await redis.del(key);
+    const deleted = await node.redis.del(key);
     out(deleted === 1 ? `deleted ${shown}` : `not found ${shown}: already gone`, {
       action: deleted === 1 ? 'deleted' : 'not-found',
       key: shown,
@@ -88,7 +90,7 @@ export async function releaseNamed(
  * --release-abandoned [--yes]: lists the flagged locks; with --yes deletes those unchanged since.
  * Exit code 1 without --yes (nothing deleted) or when a key could not be deleted.
  */
-export async function releaseAbandoned(redis: Redis, rows: readonly LockRow[], options: ReleaseOptions, io: Io): Promise<number> {
+export async function releaseAbandoned(nodes: LockNodes, rows: readonly LockRow[], options: ReleaseOptions, io: Io): Promise<number> {
   const { json, yes } = options;
   const flagged = rows.filter((row) => row.flags.length > 0);
   if (flagged.length === 0) {
@@ -106,7 +108,7 @@ export async function releaseAbandoned(redis: Redis, rows: readonly LockRow[], o
     return 1;
   }
 
-  const results = await deleteUnchanged(redis, flagged);
+  const results = await deleteOnTheirNodes(nodes, flagged);
   let errors = 0;
   flagged.forEach((row, i) => {
     const result = results[i];
@@ -129,6 +131,20 @@ function resultLine(row: LockRow, result: DeleteResult): [string, Record<string,
     gone: `not found ${shown}: already gone`,
   }[result];
   return [text, { action: result === 'changed' ? 'skipped' : result === 'gone' ? 'not-found' : 'deleted', ...rowJson(row) }];
+}
+
+/** deleteUnchanged on the node each row was read from; the results in the rows' order. */
+async function deleteOnTheirNodes(nodes: LockNodes, rows: readonly LockRow[]): Promise<DeleteResult[]> {
+  const results = new Array<DeleteResult>(rows.length);
+  for (const node of nodes.nodes) {
+    const own = rows.flatMap((row, i) => (row.node === node.name ? [i] : []));
+    const done = await deleteUnchanged(
+      node.redis,
+      own.map((i) => rows[i]),
+    );
+    own.forEach((index, j) => (results[index] = done[j]));
+  }
+  return results;
 }
 
 /**

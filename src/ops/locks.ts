@@ -8,18 +8,22 @@
  * or no expiry at all (it would never go away). Optionally deletes locks: named ones, or every
  * flagged one after re-checking, atomically, that it has not changed since it was read.
  *
+ * In front of a Redis Cluster it reads every master itself (lock-nodes.ts). TLS as the proxy
+ * takes it: --upstream-ca, --upstream-cert/--upstream-key, --upstream-servername, --upstream-insecure.
+ *
  * This file is the command: its options, its connection and its exit codes. The listing is in
  * locks-list.ts, the output in locks-output.ts, the deleting in locks-release.ts.
  */
-import { Redis, type RedisOptions } from 'ioredis';
-import { chooseRulesFromEnv, type RuleChoice } from '../config.js';
+import { chooseRulesFromEnv, upstreamTlsFrom, type RuleChoice, type UpstreamTls } from '../config.js';
 import { UsageError } from '../errors.js';
 import { unescapeKey } from '../key-text.js';
 import { loadRules } from '../rules/loader.js';
 import type { RuleSet } from '../rules/types.js';
+import { envName, type RawSettings } from '../settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
 import { connectionFault, parseCommandLine, positiveInteger, usageFailed, type Io } from './command.js';
-import { listLocks } from './locks-list.js';
+import { openLockNodes, type LockNodes } from './lock-nodes.js';
+import { listLocks, type LockRow } from './locks-list.js';
 import { printRows, summary } from './locks-output.js';
 import { releaseAbandoned, releaseNamed } from './locks-release.js';
 
@@ -35,7 +39,18 @@ Options (environment variable in brackets; flags win):
                           redis://[[user]:pass@]host[:port][/db], rediss://...
                           (TLS, system CAs) or
                           unix:///path/redis.sock[?db=N&user=U&password=P]
-                          [REDIS_LOCK_PROXY_UPSTREAM] (default redis://127.0.0.1:6379)
+                          [REDIS_LOCK_PROXY_UPSTREAM] (default redis://127.0.0.1:6379);
+                          a node of a Redis Cluster: every master is read
+  --upstream-ca FILE      CA certificate (PEM) of a rediss:// upstream
+                          [REDIS_LOCK_PROXY_UPSTREAM_CA]
+  --upstream-cert FILE, --upstream-key FILE
+                          client certificate and key (PEM)
+                          [REDIS_LOCK_PROXY_UPSTREAM_CERT, _KEY]
+  --upstream-servername NAME
+                          TLS server name to send and verify
+                          [REDIS_LOCK_PROXY_UPSTREAM_SERVERNAME]
+  --upstream-insecure     do not verify the upstream certificate
+                          [REDIS_LOCK_PROXY_UPSTREAM_INSECURE]
   --rules PATH            rule file or directory; repeatable
                           [REDIS_LOCK_PROXY_RULES, comma-separated]
                           (default: the shipped rules, every affected Stalwart
@@ -62,6 +77,7 @@ const CONNECT_TIMEOUT_MS = 5000;
 
 interface LocksOptions {
   upstream: UpstreamTarget;
+  tls: UpstreamTls | null;
   rules: RuleChoice;
   count: number;
   json: boolean;
@@ -92,31 +108,28 @@ export async function run(argv: string[], io: Io): Promise<number> {
     return usageFailed(io, 'locks', error);
   }
 
-  const redis = new Redis(connectionOptions(options.upstream));
-  let lastError: Error | undefined;
-  redis.on('error', (error: Error) => {
-    lastError = error;
-  });
+  let nodes: LockNodes;
   try {
-    try {
-      await redis.connect();
-    } catch (error) {
-      io.stderr(`locks: cannot connect to ${options.upstream.display}: ${(lastError ?? (error as Error)).message}\n`);
-      return 1;
-    }
-    if (releaseKeys.length > 0) return await releaseNamed(redis, rules, releaseKeys, options, io);
-    const rows = await listLocks(redis, rules, options.count);
-    if (options.releaseAbandoned) return await releaseAbandoned(redis, rows, options, io);
-    printRows(rows, options.json, io);
-    if (!options.json) io.stdout(summary(rows));
+    nodes = await openLockNodes(options.upstream, options.tls, CONNECT_TIMEOUT_MS);
+  } catch (error) {
+    io.stderr(`locks: cannot connect to ${options.upstream.display}: ${(error as Error).message}\n`);
+    return 1;
+  }
+  try {
+    if (releaseKeys.length > 0) return await releaseNamed(nodes, rules, releaseKeys, options, io);
+    const rows: LockRow[] = [];
+    for (const node of nodes.nodes) rows.push(...(await listLocks(node.redis, rules, options.count, node.name)));
+    if (options.releaseAbandoned) return await releaseAbandoned(nodes, rows, options, io);
+    printRows(rows, options.json, io, nodes.cluster);
+    if (!options.json) io.stdout(summary(rows, nodes.cluster ? nodes.nodes.length : undefined));
     return 0;
   } catch (error) {
-    const fault = connectionFault(error, lastError);
+    const fault = connectionFault(error, nodes.lastError());
     const reason = fault !== undefined ? `connection failed: ${fault.message}` : (error as Error).message;
     io.stderr(`locks: ${options.upstream.display}: ${reason}\n`);
     return 1;
   } finally {
-    redis.disconnect();
+    nodes.close();
   }
 }
 
@@ -128,6 +141,11 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
     tokens: true,
     options: {
       upstream: { type: 'string' },
+      'upstream-ca': { type: 'string' },
+      'upstream-cert': { type: 'string' },
+      'upstream-key': { type: 'string' },
+      'upstream-servername': { type: 'string' },
+      'upstream-insecure': { type: 'boolean' },
       rules: { type: 'string', multiple: true },
       stalwart: { type: 'string' },
       count: { type: 'string' },
@@ -157,8 +175,17 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
   if (values.yes && !releaseAbandoned) throw new UsageError('--yes only goes with --release-abandoned');
 
   const count = positiveInteger('--count', values.count ?? String(DEFAULT_SCAN_COUNT));
+  const upstream = parseUpstreamUrl(values.upstream ?? env.REDIS_LOCK_PROXY_UPSTREAM ?? DEFAULT_UPSTREAM);
+  // The proxy's own TLS settings and their checks: flags first, then the same variables.
+  const tlsSettings: RawSettings = {};
+  for (const name of ['upstream-ca', 'upstream-cert', 'upstream-key', 'upstream-servername', 'upstream-insecure'] as const) {
+    const value = values[name] ?? env[envName(name)];
+    if (value !== undefined && value !== '') tlsSettings[name] = value;
+  }
+  tlsSettings['upstream-insecure'] ??= false;
   return {
-    upstream: parseUpstreamUrl(values.upstream ?? env.REDIS_LOCK_PROXY_UPSTREAM ?? DEFAULT_UPSTREAM),
+    upstream,
+    tls: upstreamTlsFrom(tlsSettings, upstream),
     rules: chooseRulesFromEnv(values.rules, values.stalwart, env),
     count,
     json: values.json ?? false,
@@ -176,24 +203,4 @@ function unescapeKeyArgument(text: string): Buffer {
   } catch (error) {
     throw new UsageError(`--release ${text}: ${(error as Error).message}`, { cause: error });
   }
-}
-
-/** ioredis options for an upstream URL as the proxy takes it; no retries, nothing queued offline. */
-export function connectionOptions(target: UpstreamTarget): RedisOptions {
-  const where: RedisOptions = target.path !== undefined ? { path: target.path } : { host: target.host, port: target.port };
-  return {
-    ...where,
-    username: target.username,
-    password: target.password,
-    db: target.db,
-    // rediss://: TLS with the system's CAs (add one with NODE_EXTRA_CA_CERTS).
-    ...(target.tls ? { tls: { servername: target.host } } : {}),
-    lazyConnect: true,
-    connectTimeout: CONNECT_TIMEOUT_MS,
-    enableReadyCheck: false,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    disableClientInfo: true,
-  };
 }

@@ -34,6 +34,8 @@ export const Cmd = {
   Cluster: 15,
   /** ASKING: lets the next command run on a node importing its slot. */
   Asking: 16,
+  /** SET: `SET key value NX EX n` is how fixed releases take a lock (counted, never changed). */
+  Set: 17,
 } as const;
 export type Cmd = (typeof Cmd)[keyof typeof Cmd];
 
@@ -67,6 +69,7 @@ const NAMES: Array<[string, Cmd]> = [
   ['hello', Cmd.Auth],
   ['cluster', Cmd.Cluster],
   ['asking', Cmd.Asking],
+  ['set', Cmd.Set],
 ];
 
 /** Longest name worth looking at; longer names are always `Cmd.Other`. */
@@ -98,9 +101,12 @@ export function classifyCommand(buf: Uint8Array, start: number, len: number): Cm
   return Cmd.Other;
 }
 
-/** How many leading arguments (name included) the proxy needs to see to act on a command. */
-export function argsNeeded(cmd: Cmd): number {
+/** How many leading arguments (name included) the proxy needs to see to act on a command of `argc` arguments. */
+export function argsNeeded(cmd: Cmd, argc: number): number {
   switch (cmd) {
+    case Cmd.Set:
+      // Only `SET key value NX EX n` (6 arguments) is looked at: its key and its two option words.
+      return argc === 6 ? 5 : 1;
     case Cmd.Incr:
     case Cmd.Client:
     case Cmd.Cluster:

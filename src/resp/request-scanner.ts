@@ -27,6 +27,8 @@ export const MAX_LINE = 64 * 1024;
 export const MAX_CAPTURED_KEY = 1024;
 /** Longest second argument captured (an integer needs at most 20 bytes). */
 export const MAX_CAPTURED_VALUE = 32;
+/** Longest third or fourth argument captured (an option word such as NX or EX). */
+export const MAX_CAPTURED_OPTION = 8;
 
 /** Bits of `RequestScanner.event`. HEAD and END may be set together. */
 export const HEAD = 1;
@@ -138,6 +140,11 @@ export class RequestScanner {
   /** Argument 2 (a delta or a TTL for the commands the proxy rewrites). */
   readonly value = Buffer.allocUnsafe(MAX_CAPTURED_VALUE);
   valueLength = 0;
+  /** Arguments 3 and 4, for the commands that need them (SET's NX and EX), valid for their lengths. */
+  readonly arg3 = Buffer.allocUnsafe(MAX_CAPTURED_OPTION);
+  arg3Length = 0;
+  readonly arg4 = Buffer.allocUnsafe(MAX_CAPTURED_OPTION);
+  arg4Length = 0;
   /** Why the stream is not valid RESP, when MALFORMED was reported. */
   malformedReason = '';
 
@@ -337,6 +344,8 @@ export class RequestScanner {
     this.oversize = false;
     this.keyLength = 0;
     this.valueLength = 0;
+    this.arg3Length = 0;
+    this.arg4Length = 0;
     this.nameLength = 0;
     this.headArgs = 1;
     this.headReported = false;
@@ -354,15 +363,17 @@ export class RequestScanner {
     this.state = length === 0 ? State.BodyCrlf : State.Body;
     this.crlfLeft = 2;
     if (this.headReported) return;
-    const capacity = this.argIndex === 0 ? MAX_CLASSIFIED_NAME : this.argIndex === 1 ? MAX_CAPTURED_KEY : MAX_CAPTURED_VALUE;
+    const index = this.argIndex;
+    const capacity =
+      index === 0 ? MAX_CLASSIFIED_NAME : index === 1 ? MAX_CAPTURED_KEY : index === 2 ? MAX_CAPTURED_VALUE : MAX_CAPTURED_OPTION;
     if (length > capacity) {
       // Too long to be anything the proxy acts on: the head is as known as it will be.
       this.oversize = true;
-      if (this.argIndex === 0) this.nameLength = length;
+      if (index === 0) this.nameLength = length;
       this.reportHead();
       return;
     }
-    this.captureTarget = this.argIndex === 0 ? this.name : this.argIndex === 1 ? this.key : this.value;
+    this.captureTarget = index === 0 ? this.name : index === 1 ? this.key : index === 2 ? this.value : index === 3 ? this.arg3 : this.arg4;
   }
 
   private finishArgument(): void {
@@ -370,11 +381,15 @@ export class RequestScanner {
       if (this.argIndex === 0) {
         this.nameLength = this.bodyLength;
         this.cmd = classifyCommand(this.name, 0, this.bodyLength);
-        this.headArgs = Math.min(argsNeeded(this.cmd), this.argc);
+        this.headArgs = Math.min(argsNeeded(this.cmd, this.argc), this.argc);
       } else if (this.argIndex === 1) {
         this.keyLength = this.bodyLength;
-      } else {
+      } else if (this.argIndex === 2) {
         this.valueLength = this.bodyLength;
+      } else if (this.argIndex === 3) {
+        this.arg3Length = this.bodyLength;
+      } else {
+        this.arg4Length = this.bodyLength;
       }
       this.captureTarget = null;
     }

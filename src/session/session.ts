@@ -17,6 +17,7 @@ import type net from 'node:net';
 import { formatAddress } from '../address.js';
 import { NodeReplies } from '../cluster/node-replies.js';
 import { joined, LockBlocks, type LockBlockPort } from '../lock/block-flow.js';
+import { countFixedShape } from '../lock/fixed-shape.js';
 import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
 import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
@@ -405,11 +406,9 @@ export class Session implements LockBlockPort, ReplyStreamPort {
   }
 
   /**
-   * Puts the unprocessed tail of a chunk where it belongs: held (in a block), kept back (a frame
-   * that may still be a MULTI to hold), or forwarded. Redis would wait for the bytes of an
-   * unfinished MULTI or lock block too, so holding them delays nothing it would answer; any
-   * other unfinished frame goes upstream now, for Redis to answer as it does (for example the
-   * stricter limits for unauthenticated clients, which act on a request's first line).
+   * Puts a chunk's unprocessed tail where it belongs: held (in a block), kept back (it may still
+   * be a MULTI to hold; Redis would wait for those bytes too), or forwarded now, for Redis to
+   * answer as it does (say, the unauthenticated limits that act on a request's first line).
    */
   private endOfChunk(chunk: Buffer, from: number): void {
     if (from >= chunk.length) return;
@@ -470,6 +469,7 @@ export class Session implements LockBlockPort, ReplyStreamPort {
       return;
     }
     if (this.tx.userChanged) this.blocks.forgetProof();
+    if (this.scanner.cmd === Cmd.Set) countFixedShape(this.scanner, this.ctx.rules(), this.ctx.stats);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
     if (rewrite === undefined) this.replies.expect(1);

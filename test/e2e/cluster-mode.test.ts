@@ -21,6 +21,8 @@ import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.j
 import { freePort, freePortRange, startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
+import { describeKey } from '../../src/key-text.js';
+import { run as locks } from '../../src/ops/locks.js';
 
 let cluster: TestCluster;
 let proxy: ClusterTestProxy;
@@ -267,6 +269,75 @@ describe('cluster mode: lock blocks', () => {
       expect(pipelined.stats.blocksPipelined).toBeGreaterThan(0);
     } finally {
       await pipelined.close();
+    }
+  });
+});
+
+describe('cluster mode: lock keys on every master', () => {
+  /** One lock key on each master, taken through the proxy; the second master's looks abandoned. */
+  async function lockOnEveryMaster(base: number): Promise<Array<{ master: ClusterNode; key: Buffer }>> {
+    const placed = [];
+    for (const [i, master] of (await cluster.masters()).entries()) {
+      const key = await keyOn(cluster, master, (n) => taskLockKey(BigInt(base + 100 * i + n)));
+      expect(await exchange(proxyPortOf(master.port), lockAttempt(key, 600), 4)).toBe(attemptReplies(1, 1));
+      if (i === 1) expect(await exchange(proxyPortOf(master.port), lockAttempt(key, 600), 4)).toBe(attemptReplies(2, 0));
+      placed.push({ master, key });
+    }
+    return placed;
+  }
+
+  async function runLocks(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+    let stdout = '';
+    let stderr = '';
+    const code = await locks(args, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), env: {} });
+    return { code, stdout, stderr };
+  }
+
+  it('locks, given one node, reads every master, and deletes each key on the master that holds it', async () => {
+    const placed = await lockOnEveryMaster(20_000);
+    const seed = ['--upstream', `redis://127.0.0.1:${cluster.nodes[0].port}`, '--stalwart', '0.16.5'];
+    const listed = await runLocks([...seed, '--json']);
+    expect(listed.stderr).toBe('');
+    const rows = listed.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { key_hex: string; node: string; flagged: boolean });
+    for (const { master, key } of placed) {
+      expect(rows.find((row) => row.key_hex === key.toString('hex'))).toMatchObject({ node: `127.0.0.1:${master.port}` });
+    }
+    const table = await runLocks(seed);
+    expect(table.stdout.split('\n')[0]).toMatch(/^NODE\s+KEY\s+RULE/);
+    expect(table.stdout).toMatch(/\d+ lock key\(s\) on 3 master\(s\), \d+ flagged\n$/);
+
+    const released = await runLocks([...seed, '--release-abandoned', '--yes']);
+    expect(released.code).toBe(0);
+    const abandoned = placed[1];
+    expect(released.stdout).toContain(`deleted ${describeKey(abandoned.key)}`);
+    expect(await cluster.command(abandoned.master, 'EXISTS', abandoned.key)).toBe(0);
+    const named = placed[2];
+    expect((await runLocks([...seed, '--release', describeKey(named.key)])).code).toBe(0);
+    expect(await cluster.command(named.master, 'EXISTS', named.key)).toBe(0);
+    expect(await cluster.command(placed[0].master, 'EXISTS', placed[0].key)).toBe(1);
+    await cluster.command(placed[0].master, 'DEL', placed[0].key);
+  });
+
+  it('the proxy’s lock scan counts the lock keys of every master', async () => {
+    const placed = await lockOnEveryMaster(30_000);
+    const scanning = await startClusterTestProxy({
+      upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`,
+      admin: true,
+      stalwart: '0.16.5',
+      flags: ['--lock-scan-interval-ms', '200'],
+    });
+    try {
+      const deadline = Date.now() + 10_000;
+      while ((scanning.app.lockScan?.latest.scans ?? 0) < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      const counts = scanning.app.lockScan?.latest.byRule.get('stalwart-task-lock');
+      expect(counts?.keys).toBeGreaterThanOrEqual(3);
+      expect(counts?.abandoned).toBeGreaterThanOrEqual(1);
+    } finally {
+      await scanning.close();
+      for (const { master, key } of placed) await cluster.command(master, 'DEL', key);
     }
   });
 });

@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run as locks } from '../../src/ops/locks.js';
 import { startTestProxy, TEST_RULES } from '../support/proxy.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
@@ -114,6 +115,53 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('TLS', () => {
     expect(withCert).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n');
     const without = await throughTlsUpstream(mtlsPort, { ca: certs.read(certs.caCert), insecure: false });
     expect(without).not.toContain('+QUEUED');
+  });
+
+  it('locks reads a TLS Redis with the proxy’s TLS options: CA, client certificate, server name', async () => {
+    const key = Buffer.concat([Buffer.from([0x17]), Buffer.alloc(8, 7)]);
+    const proxy = await startTestProxy({
+      upstream: `rediss://127.0.0.1:${mtlsPort}`,
+      upstreamTls: { ca: certs.read(certs.caCert), cert: certs.read(certs.clientCert), key: certs.read(certs.clientKey), insecure: false },
+    });
+    try {
+      const client = await RawClient.connect(proxy.port);
+      client.write(lockAttempt(key, 60));
+      expect((await client.readReplies(4)).toString()).toBe(attemptReplies(1, 1));
+      await client.close();
+    } finally {
+      await proxy.close();
+    }
+    const run = async (args: string[], variables: NodeJS.ProcessEnv = {}) => {
+      let stdout = '';
+      let stderr = '';
+      const code = await locks(['--upstream', `rediss://127.0.0.1:${mtlsPort}`, '--json', ...args], {
+        stdout: (t) => (stdout += t),
+        stderr: (t) => (stderr += t),
+        env: variables,
+      });
+      return { code, stdout, stderr };
+    };
+    const tlsFlags = ['--upstream-ca', certs.caCert, '--upstream-cert', certs.clientCert, '--upstream-key', certs.clientKey];
+    const listed = await run([...tlsFlags, '--upstream-servername', 'localhost']);
+    expect(listed.stderr).toBe('');
+    expect(listed.stdout).toContain(`"key_hex":"${key.toString('hex')}"`);
+    // The same from the proxy's variables.
+    const fromEnv = await run([], {
+      REDIS_LOCK_PROXY_UPSTREAM_CA: certs.caCert,
+      REDIS_LOCK_PROXY_UPSTREAM_CERT: certs.clientCert,
+      REDIS_LOCK_PROXY_UPSTREAM_KEY: certs.clientKey,
+    });
+    expect(fromEnv.stdout).toContain(key.toString('hex'));
+    // Without the client certificate, or verifying another name: refused, saying why.
+    expect(await run(['--upstream-ca', certs.caCert])).toMatchObject({ code: 1 });
+    const wrongName = await run([...tlsFlags, '--upstream-servername', 'redis.example']);
+    expect(wrongName.code).toBe(1);
+    expect(wrongName.stderr).toMatch(/redis\.example/);
+    expect(await run(['--upstream-cert', certs.clientCert])).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/upstream-cert and upstream-key go together/),
+    });
+    await adminCall('DEL', key);
   });
 
   it('serves clients over TLS, and can require their certificates', async () => {

@@ -19,7 +19,8 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { describeKey, escapeKey, unescapeKey } from '../../src/key-text.js';
 import type { Io } from '../../src/ops/command.js';
-import { connectionOptions, run as locks } from '../../src/ops/locks.js';
+import { run as locks } from '../../src/ops/locks.js';
+import { upstreamRedisOptions } from '../../src/upstream/redis-client.js';
 import { describeLockKey, globPatternFor, listLocks } from '../../src/ops/locks-list.js';
 import { deleteUnchanged } from '../../src/ops/locks-release.js';
 import { run as verify } from '../../src/ops/verify.js';
@@ -426,6 +427,7 @@ describe('locks', () => {
     expect(byHex.get(bumped.toString('hex'))).toEqual({
       key: describeKey(bumped),
       key_hex: bumped.toString('hex'),
+      node: expect.stringMatching(/^127\.0\.0\.1:\d+$/),
       rule: 'stalwart-task-lock',
       counter: 3,
       deadline: null,
@@ -519,7 +521,7 @@ describe('locks', () => {
   });
 
   it('--release-abandoned re-checks each key: one changed since it was read is left alone', async () => {
-    const client = new Redis(connectionOptions(parseUpstreamUrl(env.redis.url)));
+    const client = new Redis(upstreamRedisOptions(parseUpstreamUrl(env.redis.url), null, 5000));
     try {
       await client.connect();
       const rules = loadRules([STALWART_RULES]);
@@ -560,7 +562,7 @@ describe('locks', () => {
   });
 
   it('finds the locks among 20k other keys with SCAN, never KEYS, also with a small --count', async () => {
-    const filler = new Redis(connectionOptions(parseUpstreamUrl(env.redis.url)));
+    const filler = new Redis(upstreamRedisOptions(parseUpstreamUrl(env.redis.url), null, 5000));
     try {
       await filler.connect();
       for (let start = 0; start < 20_000; start += 1000) {

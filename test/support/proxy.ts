@@ -56,6 +56,10 @@ export interface TestProxyOptions {
   announceHost?: string;
   /** --stalwart: load only the rule files for this release. */
   stalwart?: string;
+  /** Serve the admin endpoints (/metrics, /healthz, /readyz) on a free loopback port. */
+  admin?: boolean;
+  /** Any other flags, as the command line takes them. */
+  flags?: string[];
 }
 
 export interface ClusterTestProxy extends TestProxy {
@@ -107,25 +111,19 @@ async function start(opts: TestProxyOptions, extra: string[]): Promise<TestProxy
 
 /** The Config the command line would build from these options (TLS material given directly). */
 function testConfig(opts: TestProxyOptions, rulePaths: string[], extra: string[]): Config {
+  const setting = (name: string, value: string | number) => [`--${name}`, String(value)];
   const flags = [
-    '--listen',
-    '127.0.0.1:0',
-    '--upstream',
-    opts.upstream,
-    '--admin-listen',
-    'off',
-    '--hold-ms',
-    String(opts.holdMs ?? 10),
-    '--connect-timeout-ms',
-    String(opts.connectTimeoutMs ?? 2000),
-    '--idle-timeout-ms',
-    String(opts.idleTimeoutMs ?? 0),
-    '--mode',
-    opts.mode ?? 'enforce',
-    '--shutdown-timeout-ms',
-    '1000',
-    ...rulePaths.flatMap((file) => ['--rules', file]),
+    ...setting('listen', '127.0.0.1:0'),
+    ...setting('upstream', opts.upstream),
+    ...setting('admin-listen', opts.admin ? '127.0.0.1:0' : 'off'),
+    ...setting('hold-ms', opts.holdMs ?? 10),
+    ...setting('connect-timeout-ms', opts.connectTimeoutMs ?? 2000),
+    ...setting('idle-timeout-ms', opts.idleTimeoutMs ?? 0),
+    ...setting('mode', opts.mode ?? 'enforce'),
+    ...setting('shutdown-timeout-ms', 1000),
+    ...rulePaths.flatMap((file) => setting('rules', file)),
     ...extra,
+    ...(opts.flags ?? []),
   ];
   if (opts.lockPipelining) flags.push('--lock-pipelining');
   if (opts.maxConnections !== undefined) flags.push('--max-connections', String(opts.maxConnections));

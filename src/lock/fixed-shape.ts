@@ -1,0 +1,37 @@
+/**
+ * Lock attempts in the fixed shape: Stalwart 0.16.16 and later take a lock with
+ * `SET key <deadline> NX EX <seconds>`, whose expiry a failed attempt cannot push forward. The
+ * proxy never changes these; it counts them per rule beside the old-shape blocks, so that an
+ * operator sees when no node sends the old shape any more and the proxy can go.
+ */
+import { Cmd, equalsIgnoreCase } from '../resp/commands.js';
+import type { RequestScanner } from '../resp/request-scanner.js';
+import type { RuleSet } from '../rules/types.js';
+import type { Stats } from '../stats.js';
+
+const NX = Buffer.from('nx');
+const EX = Buffer.from('ex');
+const PX = Buffer.from('px');
+
+/** Whether the frame whose head the scanner holds is `SET key value NX EX|PX n`. */
+export function isFixedShapeAttempt(scanner: RequestScanner): boolean {
+  return (
+    scanner.cmd === Cmd.Set &&
+    scanner.argc === 6 &&
+    !scanner.inline &&
+    !scanner.oversize &&
+    isWord(scanner.arg3, scanner.arg3Length, NX) &&
+    (isWord(scanner.arg4, scanner.arg4Length, EX) || isWord(scanner.arg4, scanner.arg4Length, PX))
+  );
+}
+
+function isWord(bytes: Buffer, length: number, lower: Buffer): boolean {
+  return length === lower.length && equalsIgnoreCase(bytes, 0, lower);
+}
+
+/** Counts the frame whose head the scanner holds when it is a fixed-shape attempt on a key a rule names. */
+export function countFixedShape(scanner: RequestScanner, rules: RuleSet, stats: Stats): void {
+  if (!isFixedShapeAttempt(scanner)) return;
+  const rule = rules.match(scanner.key.subarray(0, scanner.keyLength));
+  if (rule !== undefined) stats.fixedShapeAttempt(rule.name);
+}

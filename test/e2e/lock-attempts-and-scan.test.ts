@@ -1,0 +1,169 @@
+/**
+ * When can the proxy go, and which locks are stuck, against a real Redis:
+ *
+ * - lock attempts are counted per rule in both shapes, the old block (MULTI/INCRBY/EXPIRE/EXEC)
+ *   and the fixed one (SET key value NX EX n, Stalwart 0.16.16+), in /metrics;
+ * - the periodic report says whether old-shape attempts came in its period;
+ * - the abandoned-lock scan exports, per rule, the lock keys, the abandoned-looking ones and
+ *   those without an expiry, with its work bounded per run.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { cmd, exchange, RawClient } from '../support/resp.js';
+import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
+
+let redis: RedisServer;
+let admin: RawClient;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  admin = await RawClient.connect(redis.port);
+});
+
+afterAll(async () => {
+  await admin?.close();
+  await redis?.stop();
+});
+
+beforeEach(async () => {
+  expect(await admin.call('FLUSHALL')).toBe('+OK\r\n');
+});
+
+/** /metrics of a test proxy started with `admin: true`, as text. */
+async function metricsOf(proxy: TestProxy): Promise<string> {
+  const address = proxy.app.adminAddress;
+  if (address === null) throw new Error('the proxy has no admin server');
+  const response = await fetch(`http://127.0.0.1:${address.port}/metrics`);
+  return response.text();
+}
+
+/** The value of one series in a metrics text, or undefined. */
+function sample(text: string, series: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+async function until(what: string, check: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+describe('lock attempts by shape', () => {
+  let proxy: TestProxy;
+  beforeAll(async () => {
+    proxy = await startTestProxy({ upstream: redis.url, admin: true, flags: ['--lock-attempt-report-ms', '400'] });
+  });
+  afterAll(async () => {
+    await proxy?.close();
+  });
+
+  it('counts old-shape blocks and fixed-shape SET NX EX per rule; other SETs are not attempts', async () => {
+    const deadline = String(Math.floor(Date.now() / 1000) + 3600);
+    const task = taskLockKey(1n);
+    expect(await exchange(proxy.port, lockAttempt(task, 3600), 4)).toBe(attemptReplies(1, 1));
+    expect(await exchange(proxy.port, cmd('SET', taskLockKey(2n), deadline, 'NX', 'EX', '3600'), 1)).toBe('+OK\r\n');
+    expect(await exchange(proxy.port, cmd('set', taskLockKey(3n), deadline, 'nx', 'px', '3600000'), 1)).toBe('+OK\r\n');
+    expect(await exchange(proxy.port, cmd('SET', queueLockKey(4n, 'local'), deadline, 'NX', 'EX', '600'), 1)).toBe('+OK\r\n');
+    // Not fixed-shape lock attempts: a key no rule names, other options, a plain SET.
+    expect(await exchange(proxy.port, cmd('SET', 'user:1', deadline, 'NX', 'EX', '60'), 1)).toBe('+OK\r\n');
+    expect(await exchange(proxy.port, cmd('SET', taskLockKey(5n), deadline, 'XX', 'EX', '60'), 1)).toBe('$-1\r\n');
+    expect(await exchange(proxy.port, cmd('SET', taskLockKey(6n), deadline), 1)).toBe('+OK\r\n');
+
+    const text = await metricsOf(proxy);
+    expect(sample(text, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}')).toBe(1);
+    expect(sample(text, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="set-nx"}')).toBe(2);
+    expect(sample(text, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-queue-lock",shape="set-nx"}')).toBe(1);
+    expect(sample(text, 'redis_lock_proxy_ready')).toBe(1);
+  });
+
+  it('reports each period whether old-shape attempts were seen', async () => {
+    const report = (msg: RegExp) => proxy.logs().filter((l) => typeof l.msg === 'string' && msg.test(l.msg));
+    const seenBefore = report(/^old-shape lock attempts/).length;
+    expect(await exchange(proxy.port, lockAttempt(taskLockKey(7n), 60), 4)).toBe(attemptReplies(1, 1));
+    await until('an old-shape report', async () => report(/^old-shape lock attempts/).length > seenBefore);
+    // The period may also hold the previous test's attempts.
+    const seen = report(/^old-shape lock attempts/).at(-1) as { oldShape: number; rules: Record<string, { oldShape: number }> };
+    expect(seen.oldShape).toBeGreaterThanOrEqual(1);
+    expect(seen.rules['stalwart-task-lock'].oldShape).toBeGreaterThanOrEqual(1);
+    await until('a report of no old-shape attempt', async () => report(/^no old-shape lock attempt/).length > 0, 3000);
+    expect(report(/^no old-shape lock attempt/).at(-1)).toMatchObject({ oldShape: 0, periodMs: 400 });
+  });
+});
+
+describe('the abandoned-lock scan', () => {
+  it('exports per rule the lock keys, the abandoned-looking ones and those without expiry', async () => {
+    const proxy = await startTestProxy({ upstream: redis.url, admin: true, flags: ['--lock-scan-interval-ms', '200'] });
+    try {
+      const client = await RawClient.connect(proxy.port);
+      for (const [key, attempts] of [
+        [taskLockKey(1n), 1],
+        [taskLockKey(2n), 3], // others tried while it was held
+        [queueLockKey(3n, 'local'), 1],
+      ] as const) {
+        for (let i = 0; i < attempts; i++) {
+          client.write(lockAttempt(key, 3600));
+          await client.readReplies(4);
+        }
+      }
+      expect(await admin.call('PERSIST', queueLockKey(3n, 'local'))).toBe(':1\r\n');
+      await admin.call('SET', 'unrelated', '1');
+      await client.close();
+
+      const scansBefore = proxy.app.lockScan?.latest.scans ?? 0;
+      await until('a lock scan after the keys were written', async () => (proxy.app.lockScan?.latest.scans ?? 0) > scansBefore + 1);
+      const text = await metricsOf(proxy);
+      expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-task-lock"}')).toBe(2);
+      expect(sample(text, 'redis_lock_proxy_lock_keys_abandoned{rule="stalwart-task-lock"}')).toBe(1);
+      expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-queue-lock"}')).toBe(1);
+      expect(sample(text, 'redis_lock_proxy_lock_keys_without_expiry{rule="stalwart-queue-lock"}')).toBe(1);
+      expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-purge-account"}')).toBe(0); // every rule, at zero
+      expect(sample(text, 'redis_lock_proxy_lock_scan_truncated')).toBe(0);
+      expect(sample(text, 'redis_lock_proxy_lock_scans_total{result="failed"}')).toBe(0);
+      expect(sample(text, 'redis_lock_proxy_lock_scan_last_success_timestamp_seconds')).toBeGreaterThan(Date.now() / 1000 - 60);
+      const stats = await admin.call('INFO', 'commandstats');
+      expect(stats).toContain('cmdstat_scan:');
+      expect(stats).not.toContain('cmdstat_keys:');
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('reads at most --lock-scan-max-keys keys per scan, and says so', async () => {
+    const proxy = await startTestProxy({
+      upstream: redis.url,
+      admin: true,
+      flags: ['--lock-scan-interval-ms', '200', '--lock-scan-max-keys', '3'],
+    });
+    try {
+      for (let id = 1n; id <= 10n; id++) await admin.call('SET', taskLockKey(id), '1', 'EX', '60');
+      await until('a truncated scan', async () => proxy.app.lockScan?.latest.truncated === true);
+      const text = await metricsOf(proxy);
+      expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-task-lock"}')).toBe(3);
+      expect(sample(text, 'redis_lock_proxy_lock_scan_truncated')).toBe(1);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('counts failed scans when Redis cannot be reached, and logs why', async () => {
+    const proxy = await startTestProxy({
+      upstream: 'redis://127.0.0.1:1',
+      admin: true,
+      flags: ['--lock-scan-interval-ms', '100'],
+      connectTimeoutMs: 300,
+    });
+    try {
+      await until('a failed scan', async () => (proxy.app.lockScan?.latest.failures ?? 0) > 0);
+      expect(sample(await metricsOf(proxy), 'redis_lock_proxy_lock_scans_total{result="failed"}')).toBeGreaterThan(0);
+      expect(proxy.logs().find((l) => l.msg === 'lock scan failed')).toMatchObject({ err: expect.stringMatching(/ECONNREFUSED/) });
+      expect(sample(await metricsOf(proxy), 'redis_lock_proxy_ready')).toBe(0);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
