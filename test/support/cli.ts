@@ -45,8 +45,12 @@ export class Cli {
   private readonly child: ChildProcess;
   private wake: (() => void) | undefined;
 
-  constructor(args: string[], env: NodeJS.ProcessEnv) {
-    this.child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  /** `executable`: an installed command to run instead of this checkout's `node dist/cli.js`. */
+  constructor(args: string[], env: NodeJS.ProcessEnv, executable?: string) {
+    this.child =
+      executable === undefined
+        ? spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
+        : spawn(executable, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child.stdout?.on('data', (chunk: Buffer) => {
       this.stdout += chunk.toString('utf8');
       this.wake?.();
@@ -61,6 +65,10 @@ export class Cli {
         resolve({ code, signal, stdout: this.stdout, stderr: this.stderr });
       });
     });
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
   }
 
   /** The JSON log lines printed on stdout so far. */
@@ -104,8 +112,8 @@ export class Cli {
 }
 
 /** Runs the CLI to completion. */
-export async function runCli(args: string[], env: Record<string, string> = {}, timeoutMs = 10_000): Promise<Exit> {
-  const cli = new Cli(args, cleanEnv(env));
+export async function runCli(args: string[], env: Record<string, string> = {}, timeoutMs = 10_000, executable?: string): Promise<Exit> {
+  const cli = new Cli(args, cleanEnv(env), executable);
   const timer = setTimeout(() => cli.kill('SIGKILL'), timeoutMs);
   const exit = await cli.exited;
   clearTimeout(timer);

@@ -1,0 +1,94 @@
+/**
+ * On a host, as the README's systemd steps do it: `npm pack`, then `npm install -g` of the
+ * tarball (here into a throwaway prefix). The installed command runs from any directory, finds
+ * its shipped rules, proxies and verifies; and `systemd-analyze verify` accepts the example
+ * unit with its ExecStart pointing at that installed command.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Cli, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
+import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+
+const run = promisify(execFile);
+const VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+const UNIT = path.join(ROOT, 'examples/systemd/redis-lock-proxy.service');
+
+let tmp: string;
+let installed: string;
+let redis: RedisServer;
+
+beforeAll(async () => {
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'rlp-install-'));
+  redis = await startRedis();
+  // npm's own variables (npm test sets them) would point the nested npm at this package's settings.
+  const env = cleanEnv();
+  // dist/ as `npm test` built it: packing must not rebuild it under the other test files' feet.
+  await ensureBuilt();
+  const { stdout } = await run('npm', ['pack', '--ignore-scripts', '--pack-destination', tmp, '--silent'], { cwd: ROOT, env });
+  const tarball = path.join(tmp, stdout.trim().split('\n').at(-1) as string);
+  const prefix = path.join(tmp, 'prefix');
+  await run('npm', ['install', '-g', '--prefix', prefix, '--prefer-offline', '--no-audit', '--no-fund', '--silent', tarball], {
+    cwd: tmp,
+    env,
+  });
+  installed = path.join(prefix, 'bin', 'redis-lock-proxy');
+}, 180_000);
+
+afterAll(async () => {
+  await redis?.stop();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+describe('the command installed from the tarball', () => {
+  it('runs from any directory and finds its shipped rules', async () => {
+    const version = await run(installed, ['--version'], { cwd: os.tmpdir(), env: cleanEnv() });
+    expect(version.stdout).toBe(`${VERSION}\n`);
+    const config = await run(installed, ['--print-config'], { cwd: os.tmpdir(), env: cleanEnv() });
+    const rulesDir = path.join(tmp, 'prefix', 'lib', 'node_modules', 'redis-lock-proxy', 'rules', 'stalwart');
+    expect(config.stdout).toContain(`rules:\n  - ${rulesDir}\n`);
+  });
+
+  it('proxies, proves the fix with verify, and stops on SIGTERM as its own process', async () => {
+    const port = await freePort();
+    const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', redis.url], cleanEnv(), installed);
+    try {
+      const ready = await cli.waitForLog('redis-lock-proxy listening');
+      expect(ready.pid).toBe(cli.pid); // no wrapper process between the service manager and the proxy
+      expect(ready.enforce).toBe(19);
+      const verify = await runCli(['verify', '--via', `127.0.0.1:${port}`, '--stalwart', '0.15.3'], {}, 10_000, installed);
+      expect(verify.stdout).toMatch(/^verify: OK: 12 rule\(s\) enforce the fix through 127\.0\.0\.1:\d+ for Stalwart 0\.15\.0 - 0\.15\.5 /);
+      cli.kill('SIGTERM');
+      expect((await cli.exited).code).toBe(0);
+    } finally {
+      await cli.stop();
+    }
+  });
+});
+
+describe('examples/systemd/redis-lock-proxy.service', () => {
+  it('passes systemd-analyze verify, with ExecStart at the installed command', async () => {
+    const unit = readFileSync(UNIT, 'utf8');
+    expect(unit).toMatch(/^ExecStart=\/usr\/local\/bin\/redis-lock-proxy$/m);
+    // The unit as the README installs it, but where this test installed the command.
+    const file = path.join(tmp, 'redis-lock-proxy.service');
+    writeFileSync(file, unit.replace('/usr/local/bin/redis-lock-proxy', installed));
+    const { stdout, stderr } = await run('systemd-analyze', ['verify', file]);
+    expect(stdout + stderr).toBe('');
+    // What the README promises of it.
+    for (const line of [
+      'Before=stalwart.service stalwart-mail.service',
+      'ExecReload=/bin/kill -HUP $MAINPID',
+      'Restart=on-failure',
+      'NoNewPrivileges=yes',
+      'ProtectSystem=strict',
+      'User=redis-lock-proxy',
+      'StandardOutput=journal',
+    ]) {
+      expect(unit).toContain(`\n${line}\n`);
+    }
+  });
+});

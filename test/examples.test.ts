@@ -1,0 +1,149 @@
+/**
+ * The files in examples/ are checked as far as this machine can: they parse; every
+ * REDIS_LOCK_PROXY_* variable, flag and config key they use is one the proxy has; their ports
+ * and paths agree with the container image's defaults; the alert rules pass `promtool check
+ * rules`; and every metric the alerts and the dashboard use is one a running proxy exports.
+ * (The systemd unit is checked with `systemd-analyze verify` against an installed command, in
+ * e2e/install-from-tarball.test.ts.)
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { envName, OPTIONS } from '../src/settings.js';
+import { startTestProxy, type TestProxy } from './support/proxy.js';
+import { startRedis, type RedisServer } from './support/redis.js';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+const EXAMPLES = path.join(ROOT, 'examples');
+const read = (file: string) => fs.readFileSync(path.join(EXAMPLES, file), 'utf8');
+const yamlOf = (file: string) => parseYaml(read(file)) as Record<string, unknown>;
+
+/** Every example file, for the checks that go over all of them. */
+const FILES = [
+  'compose/compose.yaml',
+  'kubernetes/stalwart-with-proxy.yaml',
+  'systemd/redis-lock-proxy.service',
+  'systemd/config.yaml',
+  'systemd/stalwart-after-proxy.conf',
+  'monitoring/alerts.yaml',
+  'monitoring/prometheus.yaml',
+  'monitoring/grafana-dashboard.json',
+];
+
+/** What the image sets (Dockerfile ENV and EXPOSE): the examples must agree with it. */
+function imageDefaults(): { env: Map<string, string>; exposed: number[] } {
+  const dockerfile = fs.readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+  const env = new Map([...dockerfile.matchAll(/(REDIS_LOCK_PROXY_[A-Z_]+)=(\S+)/g)].map((m) => [m[1], m[2]]));
+  const exposed = [...dockerfile.matchAll(/^EXPOSE (.+)$/gm)].flatMap((m) => m[1].split(/\s+/).map(Number));
+  return { env, exposed };
+}
+
+const port = (address: string) => Number(address.slice(address.lastIndexOf(':') + 1));
+/** Flags of the proxy, and of its verify and locks commands. */
+const COMMAND_FLAGS = new Set([
+  ...Object.keys(OPTIONS),
+  'config',
+  'via',
+  'timeout-ms',
+  'user',
+  'password',
+  'verbose',
+  'count',
+  'json',
+  'release',
+]);
+const OTHER_VARIABLES = new Set(['REDIS_LOCK_PROXY_CONFIG', 'REDIS_LOCK_PROXY_VERIFY_USER', 'REDIS_LOCK_PROXY_VERIFY_PASSWORD']);
+
+describe('examples/', () => {
+  it('is what the README points to, and every file parses', () => {
+    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    for (const file of FILES) {
+      expect(readme, file).toContain(`examples/${file}`);
+      if (file.endsWith('.json')) expect(() => JSON.parse(read(file))).not.toThrow();
+      if (file.endsWith('.yaml')) {
+        for (const doc of parseAllDocuments(read(file))) expect(doc.errors, file).toEqual([]);
+      }
+    }
+  });
+
+  it('uses only variables, flags and config keys the proxy has', () => {
+    const variables = new Set([...Object.keys(OPTIONS).map(envName), ...OTHER_VARIABLES]);
+    for (const file of FILES) {
+      for (const [name] of read(file).matchAll(/REDIS_LOCK_PROXY_[A-Z_]+/g)) expect(variables, `${file}: ${name}`).toContain(name);
+      for (const [, flag] of read(file).matchAll(/"--([a-z][a-z0-9-]*)"/g)) expect(COMMAND_FLAGS, `${file}: --${flag}`).toContain(flag);
+    }
+    const config = yamlOf('systemd/config.yaml');
+    for (const key of Object.keys(config)) expect(Object.keys(OPTIONS), `config.yaml: ${key}`).toContain(key);
+  });
+
+  it('agrees with the image on ports and paths', () => {
+    const image = imageDefaults();
+    expect(image.exposed.sort()).toEqual(
+      [port(image.env.get('REDIS_LOCK_PROXY_LISTEN') ?? ''), port(image.env.get('REDIS_LOCK_PROXY_ADMIN_LISTEN') ?? '')].sort(),
+    );
+    const adminPort = port(image.env.get('REDIS_LOCK_PROXY_ADMIN_LISTEN') ?? '');
+
+    const compose = yamlOf('compose/compose.yaml') as {
+      services: Record<string, { environment?: Record<string, string>; ports?: string[] }>;
+    };
+    const proxyEnv = compose.services['redis-lock-proxy'].environment ?? {};
+    expect(port(proxyEnv.REDIS_LOCK_PROXY_ADMIN_LISTEN)).toBe(adminPort);
+    expect(compose.services.stalwart.ports).toContain(`127.0.0.1:${adminPort}:${adminPort}`);
+    expect(port(proxyEnv.REDIS_LOCK_PROXY_LISTEN)).toBe(6380);
+
+    const k8s = yamlOf('kubernetes/stalwart-with-proxy.yaml') as {
+      spec: { template: { spec: { initContainers: Array<Record<string, unknown>>; volumes: Array<{ name: string }> } } };
+    };
+    const sidecar = k8s.spec.template.spec.initContainers[0] as {
+      env: Array<{ name: string; value?: string }>;
+      ports: Array<{ containerPort: number }>;
+      volumeMounts: Array<{ name: string; mountPath: string }>;
+    };
+    const envOf = (name: string) => sidecar.env.find((e) => e.name === name)?.value ?? '';
+    expect(sidecar.ports[0].containerPort).toBe(port(envOf('REDIS_LOCK_PROXY_ADMIN_LISTEN')));
+    expect(port(envOf('REDIS_LOCK_PROXY_ADMIN_LISTEN'))).toBe(adminPort);
+    expect(sidecar.volumeMounts[0].mountPath).toBe(image.env.get('REDIS_LOCK_PROXY_RULES'));
+    expect(k8s.spec.template.spec.volumes.map((v) => v.name)).toContain(sidecar.volumeMounts[0].name);
+
+    const unit = read('systemd/redis-lock-proxy.service');
+    const configPath = /REDIS_LOCK_PROXY_CONFIG=(\S+)/.exec(unit)?.[1];
+    expect(configPath).toBe('/etc/redis-lock-proxy/config.yaml');
+    expect(read('systemd/config.yaml').split('\n')[0]).toContain(configPath);
+    const config = yamlOf('systemd/config.yaml');
+    expect(port(String(config.listen))).toBe(6380);
+    const prometheus = yamlOf('monitoring/prometheus.yaml') as { scrape_configs: Array<{ static_configs: Array<{ targets: string[] }> }> };
+    expect(port(prometheus.scrape_configs[0].static_configs[0].targets[0])).toBe(port(String(config['admin-listen'])));
+  });
+
+  it('has alert rules that promtool accepts', async () => {
+    const { stdout } = await promisify(execFile)('promtool', ['check', 'rules', path.join(EXAMPLES, 'monitoring/alerts.yaml')]);
+    expect(stdout).toMatch(/SUCCESS: \d+ rules found/);
+  });
+
+  describe('metrics used by the alerts and the dashboard', () => {
+    let redis: RedisServer;
+    let proxy: TestProxy;
+    beforeAll(async () => {
+      redis = await startRedis();
+      proxy = await startTestProxy({ upstream: redis.url, admin: true, flags: ['--lock-scan-interval-ms', '100000'] });
+    });
+    afterAll(async () => {
+      await proxy?.close();
+      await redis?.stop();
+    });
+
+    it('are all exported by a running proxy', async () => {
+      const address = proxy.app.adminAddress as { port: number };
+      const text = await (await fetch(`http://127.0.0.1:${address.port}/metrics`)).text();
+      const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]));
+      for (const file of ['monitoring/alerts.yaml', 'monitoring/grafana-dashboard.json']) {
+        const used = new Set([...read(file).matchAll(/redis_lock_proxy_[a-z_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, '')));
+        expect(used.size, file).toBeGreaterThan(5);
+        for (const name of used) expect(exported, `${file}: ${name}`).toContain(name);
+      }
+    });
+  });
+});
