@@ -469,7 +469,7 @@ export class Session implements LockBlockPort, ReplyStreamPort {
       return;
     }
     if (this.tx.userChanged) this.blocks.forgetProof();
-    if (this.scanner.cmd === Cmd.Set) countFixedShape(this.scanner, this.ctx.rules(), this.ctx.stats);
+    if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx.rules(), this.ctx.stats);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
     if (rewrite === undefined) this.replies.expect(1);

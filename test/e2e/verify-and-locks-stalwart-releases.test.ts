@@ -13,8 +13,7 @@ import { run as verify } from '../../src/ops/verify.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { freePort } from '../support/redis.js';
-import { RawClient } from '../support/resp.js';
-import { counterOf, lockAttempt } from '../support/stalwart.js';
+import { attemptCounter } from '../support/stalwart.js';
 import { RELEASE_LINES } from '../support/stalwart-releases.js';
 
 const env = redisAndProxy();
@@ -120,15 +119,7 @@ describe('locks, every release line', () => {
     ...new Map(RELEASE_LINES.flatMap((line) => line.locks.map((kind) => [kind.example.key.toString('hex'), kind] as const))).values(),
   ];
 
-  async function take(key: Buffer, seconds: number): Promise<number> {
-    const client = await RawClient.connect(env.proxy.port);
-    try {
-      client.write(lockAttempt(key, seconds));
-      return counterOf(await client.readReplies(4));
-    } finally {
-      client.destroy();
-    }
-  }
+  const take = (key: Buffer, seconds: number): Promise<number> => attemptCounter(env.proxy.port, key, seconds);
 
   it('finds and decodes the lock keys of every line, and flags the abandoned ones', async () => {
     for (const kind of EXAMPLES) expect(await take(kind.example.key, kind.expiry)).toBe(1);

@@ -30,8 +30,7 @@ import { releasesText } from '../../src/rules/store.js';
 import { STALWART_RULES, startTestProxy, TEST_RULES, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { freePort, startRedis, type RedisServer } from '../support/redis.js';
-import { RawClient } from '../support/resp.js';
-import { counterOf, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
+import { attemptCounter, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
 const env = redisAndProxy();
 let tmp: string;
@@ -92,15 +91,7 @@ async function adminGet(key: Buffer | string): Promise<string | null> {
 }
 
 /** Stalwart's lock attempt through the proxy, byte for byte; returns the counter. */
-async function attemptViaProxy(key: Buffer, seconds: number): Promise<number> {
-  const client = await RawClient.connect(env.proxy.port);
-  try {
-    client.write(lockAttempt(key, seconds));
-    return counterOf(await client.readReplies(4));
-  } finally {
-    client.destroy();
-  }
-}
+const attemptViaProxy = (key: Buffer, seconds: number): Promise<number> => attemptCounter(env.proxy.port, key, seconds);
 
 function lines(text: string): string[] {
   return text.split('\n').filter((line) => line !== '');

@@ -330,6 +330,13 @@ const blobQuota: WindowedKind = {
 // ---------------------------------------------------------------------------------------------
 
 const HOUSEKEEPING = [...housekeeper];
+/** 0.12.5 to 0.14.1: the task locks with a due time in Unix seconds, and Bayes training. */
+const TASKS_0_12_5 = [
+  dueTask(0, 'full-text index task', 'stalwart-index-task-0.12.5', 300, false),
+  bayes,
+  dueTask(2, 'calendar alarm', 'stalwart-alarm-task', 120, false),
+  dueTask(3, 'iMIP', 'stalwart-imip-task', 120, false),
+];
 const MIGRATION = [migrationCore, migrationAccount];
 
 export const RELEASE_LINES: readonly ReleaseLine[] = [
@@ -352,36 +359,14 @@ export const RELEASE_LINES: readonly ReleaseLine[] = [
     file: '0.12.5.yaml',
     first: '0.12.5',
     last: '0.12.5',
-    locks: [
-      purge,
-      queue011,
-      tlsReport(300),
-      dmarcReport(300),
-      dueTask(0, 'full-text index task', 'stalwart-index-task-0.12.5', 300, false),
-      bayes,
-      dueTask(2, 'calendar alarm', 'stalwart-alarm-task', 120, false),
-      dueTask(3, 'iMIP', 'stalwart-imip-task', 120, false),
-      ...HOUSEKEEPING,
-      ...MIGRATION,
-    ],
+    locks: [purge, queue011, tlsReport(300), dmarcReport(300), ...TASKS_0_12_5, ...HOUSEKEEPING, ...MIGRATION],
     windowed: [prefixedRateLimits, tokenRevision],
   },
   {
     file: '0.13.yaml',
     first: '0.13.0',
     last: '0.14.1',
-    locks: [
-      purge,
-      queueNamed(600),
-      tlsReport(600),
-      dmarcReport(600),
-      dueTask(0, 'full-text index task', 'stalwart-index-task-0.12.5', 300, false),
-      bayes,
-      dueTask(2, 'calendar alarm', 'stalwart-alarm-task', 120, false),
-      dueTask(3, 'iMIP', 'stalwart-imip-task', 120, false),
-      ...HOUSEKEEPING,
-      ...MIGRATION,
-    ],
+    locks: [purge, queueNamed(600), tlsReport(600), dmarcReport(600), ...TASKS_0_12_5, ...HOUSEKEEPING, ...MIGRATION],
     windowed: [prefixedRateLimits],
   },
   {

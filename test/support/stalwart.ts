@@ -2,7 +2,7 @@
  * Stalwart's lock traffic, byte for byte (see the wire notes in the README):
  * one contiguous buffer per attempt, binary keys with a one-byte prefix.
  */
-import { cmd } from './resp.js';
+import { cmd, RawClient } from './resp.js';
 
 /** A task lock key: 0x17 + u64 big-endian task id (9 bytes). */
 export function taskLockKey(id: bigint): Buffer {
@@ -36,4 +36,15 @@ export function counterOf(replies: Buffer): number {
   const match = /\*2\r\n:(-?\d+)\r\n/.exec(replies.toString('latin1'));
   if (!match) throw new Error(`no counter in ${JSON.stringify(replies.toString('latin1'))}`);
   return Number(match[1]);
+}
+
+/** One lock attempt with Stalwart's exact bytes on a fresh connection to `port`; returns the counter. */
+export async function attemptCounter(port: number, key: Buffer, seconds: number): Promise<number> {
+  const client = await RawClient.connect(port);
+  try {
+    client.write(lockAttempt(key, seconds));
+    return counterOf(await client.readReplies(4));
+  } finally {
+    client.destroy();
+  }
 }
