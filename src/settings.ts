@@ -6,7 +6,7 @@
  * settings into a Config.
  */
 import fs from 'node:fs';
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError } from './errors.js';
 
@@ -164,14 +164,17 @@ ${(Object.entries(OPTIONS) as Array<[string, OptionSpec]>)
   -v, --version     show the version
 `;
 
-/** The command line: every setting's flag, and --config, --print-config, --help, --version. */
+/** Flags of the proxy that are not settings: --config, --print-config, --help, --version. */
+export const COMMAND_LINE_ONLY_FLAGS = {
+  config: { type: 'string' },
+  'print-config': { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'v' },
+} satisfies NonNullable<ParseArgsConfig['options']>;
+
+/** The command line: every setting's flag, and the flags above. */
 export function readFlags(argv: string[]): Record<string, unknown> {
-  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean; short?: string }> = {
-    config: { type: 'string' },
-    'print-config': { type: 'boolean' },
-    help: { type: 'boolean', short: 'h' },
-    version: { type: 'boolean', short: 'v' },
-  };
+  const options: NonNullable<ParseArgsConfig['options']> = { ...COMMAND_LINE_ONLY_FLAGS };
   for (const [name, spec] of Object.entries(OPTIONS) as Array<[string, OptionSpec]>) {
     options[name] =
       spec.kind === 'boolean' ? { type: 'boolean' } : spec.kind === 'list' ? { type: 'string', multiple: true } : { type: 'string' };

@@ -13,6 +13,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { envName, OPTIONS } from '../src/settings.js';
+import { PROGRAM_FLAGS } from './support/cli-flags.js';
 import { startTestProxy, type TestProxy } from './support/proxy.js';
 import { startRedis, type RedisServer } from './support/redis.js';
 
@@ -42,19 +43,6 @@ function imageDefaults(): { env: Map<string, string>; exposed: number[] } {
 }
 
 const port = (address: string) => Number(address.slice(address.lastIndexOf(':') + 1));
-/** Flags of the proxy, and of its verify and locks commands. */
-const COMMAND_FLAGS = new Set([
-  ...Object.keys(OPTIONS),
-  'config',
-  'via',
-  'timeout-ms',
-  'user',
-  'password',
-  'verbose',
-  'count',
-  'json',
-  'release',
-]);
 const OTHER_VARIABLES = new Set(['REDIS_LOCK_PROXY_CONFIG', 'REDIS_LOCK_PROXY_VERIFY_USER', 'REDIS_LOCK_PROXY_VERIFY_PASSWORD']);
 
 describe('examples/', () => {
@@ -73,7 +61,7 @@ describe('examples/', () => {
     const variables = new Set([...Object.keys(OPTIONS).map(envName), ...OTHER_VARIABLES]);
     for (const file of FILES) {
       for (const [name] of read(file).matchAll(/REDIS_LOCK_PROXY_[A-Z_]+/g)) expect(variables, `${file}: ${name}`).toContain(name);
-      for (const [, flag] of read(file).matchAll(/"--([a-z][a-z0-9-]*)"/g)) expect(COMMAND_FLAGS, `${file}: --${flag}`).toContain(flag);
+      for (const [, flag] of read(file).matchAll(/"--([a-z][a-z0-9-]*)"/g)) expect(PROGRAM_FLAGS, `${file}: --${flag}`).toContain(flag);
     }
     const config = yamlOf('systemd/config.yaml');
     for (const key of Object.keys(config)) expect(Object.keys(OPTIONS), `config.yaml: ${key}`).toContain(key);

@@ -18,6 +18,9 @@ export function usageFailed(io: Io, command: 'verify' | 'locks', error: unknown)
   return 2;
 }
 
+/** A subcommand's flags, as util.parseArgs takes them. */
+export type FlagTable = NonNullable<ParseArgsConfig['options']>;
+
 /** parseArgs, with its complaints as UsageErrors that point to --help. */
 export function parseCommandLine<T extends ParseArgsConfig>(config: T): ReturnType<typeof parseArgs<T>> {
   try {

@@ -21,7 +21,7 @@ import { loadRules } from '../rules/loader.js';
 import type { RuleSet } from '../rules/types.js';
 import { envName, type RawSettings } from '../settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
-import { connectionFault, parseCommandLine, positiveInteger, usageFailed, type Io } from './command.js';
+import { connectionFault, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
 import { openLockNodes, type LockNodes } from './lock-nodes.js';
 import { listLocks, type LockRow } from './locks-list.js';
 import { printRows, summary } from './locks-output.js';
@@ -133,28 +133,31 @@ export async function run(argv: string[], io: Io): Promise<number> {
   }
 }
 
+/** The flags of `locks`. */
+export const LOCKS_FLAGS = {
+  upstream: { type: 'string' },
+  'upstream-ca': { type: 'string' },
+  'upstream-cert': { type: 'string' },
+  'upstream-key': { type: 'string' },
+  'upstream-servername': { type: 'string' },
+  'upstream-insecure': { type: 'boolean' },
+  rules: { type: 'string', multiple: true },
+  stalwart: { type: 'string' },
+  count: { type: 'string' },
+  json: { type: 'boolean' },
+  release: { type: 'string', multiple: true },
+  'release-abandoned': { type: 'boolean' },
+  yes: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} satisfies FlagTable;
+
 function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'help' {
   const { values, positionals, tokens } = parseCommandLine({
     args: argv,
     strict: true,
     allowPositionals: true,
     tokens: true,
-    options: {
-      upstream: { type: 'string' },
-      'upstream-ca': { type: 'string' },
-      'upstream-cert': { type: 'string' },
-      'upstream-key': { type: 'string' },
-      'upstream-servername': { type: 'string' },
-      'upstream-insecure': { type: 'boolean' },
-      rules: { type: 'string', multiple: true },
-      stalwart: { type: 'string' },
-      count: { type: 'string' },
-      json: { type: 'boolean' },
-      release: { type: 'string', multiple: true },
-      'release-abandoned': { type: 'boolean' },
-      yes: { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: LOCKS_FLAGS,
   });
   if (values.help) return 'help';
 

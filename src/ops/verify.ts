@@ -28,7 +28,7 @@ import { loadRules } from '../rules/loader.js';
 import { stalwartRelease } from '../rules/stalwart.js';
 import { releasesText } from '../rules/store.js';
 import type { RuleSet } from '../rules/types.js';
-import { nonEmpty, parseCommandLine, positiveInteger, usageFailed, type Io } from './command.js';
+import { nonEmpty, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
 import { verifyRules, type ProxyEndpoint } from './verify-check.js';
 import { isFixedKey } from './verify-scratch.js';
 
@@ -121,21 +121,24 @@ export async function run(argv: string[], io: Io): Promise<number> {
   return 1;
 }
 
+/** The flags of `verify`. */
+export const VERIFY_FLAGS = {
+  via: { type: 'string' },
+  rules: { type: 'string', multiple: true },
+  stalwart: { type: 'string' },
+  'timeout-ms': { type: 'string' },
+  user: { type: 'string' },
+  password: { type: 'string' },
+  verbose: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} satisfies FlagTable;
+
 function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | 'help' {
   const { values } = parseCommandLine({
     args: argv,
     strict: true,
     allowPositionals: false,
-    options: {
-      via: { type: 'string' },
-      rules: { type: 'string', multiple: true },
-      stalwart: { type: 'string' },
-      'timeout-ms': { type: 'string' },
-      user: { type: 'string' },
-      password: { type: 'string' },
-      verbose: { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: VERIFY_FLAGS,
   });
   if (values.help) return 'help';
   if (values.via === undefined) throw new UsageError('--via HOST:PORT is required (see --help)');
