@@ -16,7 +16,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { freePort, isPortFree } from './ports.js';
-import { HOST, startServerProcess, type ServerAccess, type ServerProcess } from './server-process.js';
+import { HOST, shortLivedClient, startServerProcess, type ServerAccess, type ServerProcess } from './server-process.js';
 
 export interface ClusterNode {
   port: number;
@@ -554,20 +554,7 @@ async function adminCommand(node: ClusterNode, ...args: Array<string | Buffer | 
  */
 async function withConnection<T>(node: ClusterNode, fn: (r: Redis) => Promise<T>): Promise<T> {
   const access = accessOf.get(node);
-  const client = new Redis({
-    host: node.host,
-    port: node.port,
-    password: access?.password,
-    tls: access?.tls,
-    lazyConnect: true,
-    enableOfflineQueue: false,
-    enableReadyCheck: false,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: 1_000,
-    commandTimeout: COMMAND_TIMEOUT_MS,
-  });
-  client.on('error', () => {}); // surfaces through connect() and the commands
+  const client = shortLivedClient({ host: node.host, port: node.port, ...access }, COMMAND_TIMEOUT_MS);
   try {
     await client.connect();
     return await fn(client);

@@ -12,9 +12,8 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
 import { startRedis, type RedisServer } from './redis.js';
-import { HOST, startServerProcess, type ServerProcess } from './server-process.js';
+import { HOST, shortLivedClient, startServerProcess, type ServerProcess } from './server-process.js';
 
 /** One sentinel: its port, its output, stop(). */
 export type SentinelProcess = ServerProcess;
@@ -165,18 +164,7 @@ function fieldMap(fields: unknown): Map<string, string> {
 
 /** One command on a short-lived connection; rejects on any failure. */
 export async function query(port: number, args: [string, ...Array<string | Buffer>], host = HOST): Promise<unknown> {
-  const client = new Redis({
-    host,
-    port,
-    lazyConnect: true,
-    enableOfflineQueue: false,
-    enableReadyCheck: false,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: 1_000,
-    commandTimeout: 2_000,
-  });
-  client.on('error', () => {}); // surfaces through connect() and call()
+  const client = shortLivedClient({ host, port }, 2_000);
   try {
     await client.connect();
     return await client.call(args[0], ...args.slice(1));

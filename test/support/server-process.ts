@@ -80,12 +80,10 @@ export async function startServerProcess(opts: ServerProcessOptions): Promise<Se
 }
 
 /**
- * One probe: [AUTH], PING and, when `pid` is given, INFO server. True only for
- * PONG from the expected process; any failure means "not yet". QUIT at the
- * end, so the probe is gone from the server's CLIENT LIST before the caller
- * goes on.
+ * A client for one short exchange: it connects when asked, never retries or
+ * queues, and reports every failure through connect() and its calls.
  */
-export async function answersPing(server: { host: string; port: number } & ServerAccess, pid?: number): Promise<boolean> {
+export function shortLivedClient(server: { host: string; port: number } & ServerAccess, commandTimeout: number): Redis {
   const client = new Redis({
     host: server.host,
     port: server.port,
@@ -97,9 +95,20 @@ export async function answersPing(server: { host: string; port: number } & Serve
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
     connectTimeout: 1_000,
-    commandTimeout: 1_000,
+    commandTimeout,
   });
-  client.on('error', () => {}); // surfaces through connect() and call()
+  client.on('error', () => {}); // surfaces through connect() and the calls
+  return client;
+}
+
+/**
+ * One probe: [AUTH], PING and, when `pid` is given, INFO server. True only for
+ * PONG from the expected process; any failure means "not yet". QUIT at the
+ * end, so the probe is gone from the server's CLIENT LIST before the caller
+ * goes on.
+ */
+export async function answersPing(server: { host: string; port: number } & ServerAccess, pid?: number): Promise<boolean> {
+  const client = shortLivedClient(server, 1_000);
   let answered = false;
   try {
     await client.connect();
