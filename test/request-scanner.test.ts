@@ -860,10 +860,14 @@ describe('RequestScanner.couldStillBe (which unfinished frames may be kept back)
     return scanner.couldStillBe(name, argc);
   }
 
-  /** The model: the bytes so far begin `*1\r\n$5\r\n` + MULTI in any case (the last two bytes are unchecked). */
+  /**
+   * The model: the bytes so far begin `*1\r\n$5\r\n` + MULTI in any case. Like Redis, the byte
+   * after each `\r` is not checked (networking.c skips it), nor are the two after the name.
+   */
   function modelMultiPrefix(bytes: Buffer): boolean {
     const template = Buffer.from('*1\r\n$5\r\nmulti');
     for (let i = 0; i < bytes.length && i < template.length; i++) {
+      if (i === 3 || i === 7) continue;
       const a = i >= 8 ? bytes[i] | 0x20 : bytes[i];
       if (a !== template[i] || (i >= 8 && !/[a-zA-Z]/.test(String.fromCharCode(bytes[i])))) return false;
     }
