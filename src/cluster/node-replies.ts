@@ -41,8 +41,8 @@ export class NodeReplies implements BlockRedirects {
   constructor(
     private readonly cluster: ClusterReplies,
     private readonly client: net.Socket,
-    /** The node this connection goes to, `host:port` (`[v6]:port`). */
-    private readonly upstreamAddress: string,
+    /** The host of the node this connection goes to. */
+    private readonly upstreamHost: string,
     private readonly upstreamTls: boolean,
     private readonly stats: Stats,
   ) {}
@@ -103,13 +103,9 @@ export class NodeReplies implements BlockRedirects {
   private announce(): Announce {
     if (this.announceCache === undefined) {
       const local = (this.client.localAddress ?? '127.0.0.1').replace(/^::ffff:(?=\d+\.)/, '');
-      const upstream = this.upstreamAddress;
-      const upstreamHost = upstream.startsWith('[')
-        ? upstream.slice(1, upstream.indexOf(']'))
-        : upstream.slice(0, upstream.lastIndexOf(':'));
       this.announceCache = {
         host: this.cluster.announceHost ?? local,
-        upstreamHost,
+        upstreamHost: this.upstreamHost,
         tls: this.upstreamTls,
         listenerTls: (this.client as Partial<TLSSocket>).encrypted === true,
       };

@@ -100,6 +100,11 @@ export class LockBlocks {
     return BlockMatcher.isBlockStart(scanner);
   }
 
+  /** True when the frame whose head the scanner is still reading may yet be such a MULTI (its bytes are kept back). */
+  static couldStillStart(scanner: RequestScanner): boolean {
+    return BlockMatcher.couldStillStart(scanner);
+  }
+
   /** Starts holding at a MULTI; `held` are its bytes read so far. */
   start(held: Buffer[]): void {
     this.held = held;

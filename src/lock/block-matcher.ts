@@ -16,11 +16,16 @@ import { isRedisInteger, isRewritableExpiry } from './integers.js';
 import type { LockCall } from './script.js';
 
 const ONE = Buffer.from('1');
-const INCR = Buffer.from('INCR');
-const INCRBY = Buffer.from('INCRBY');
-const EXPIRE = Buffer.from('EXPIRE');
-const PEXPIRE = Buffer.from('PEXPIRE');
-const EXEC = Buffer.from('EXEC');
+/** The block's command names, upper case, as the script call names them too. */
+export const BLOCK_COMMANDS = {
+  MULTI: Buffer.from('MULTI'),
+  INCR: Buffer.from('INCR'),
+  INCRBY: Buffer.from('INCRBY'),
+  EXPIRE: Buffer.from('EXPIRE'),
+  PEXPIRE: Buffer.from('PEXPIRE'),
+  EXEC: Buffer.from('EXEC'),
+} as const;
+const { MULTI, INCR, INCRBY, EXPIRE, PEXPIRE, EXEC } = BLOCK_COMMANDS;
 
 export const enum BlockStep {
   /** MULTI seen; waiting for the increment. */
@@ -45,6 +50,11 @@ export class BlockMatcher {
   /** True when the frame whose head the scanner holds is MULTI as the block must start. */
   static isBlockStart(scanner: RequestScanner): boolean {
     return scanner.cmd === Cmd.Multi && scanner.argc === 1 && !scanner.inline;
+  }
+
+  /** Whether the frame whose head the scanner is still reading can turn out to be that MULTI. */
+  static couldStillStart(scanner: RequestScanner): boolean {
+    return scanner.couldStillBe(MULTI, 1);
   }
 
   /** Starts matching a new block (after its MULTI). */

@@ -5,6 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import { appendBulks, encodeHead } from '../resp/encode.js';
+import { BLOCK_COMMANDS } from './block-matcher.js';
 import { REPLIES_HEAD } from './block-replies.js';
 
 /**
@@ -66,20 +67,14 @@ export interface LockCall {
 /** What every script call starts with: EVALSHA (or EVAL with the source), the script, one key. */
 const EVALSHA_HEAD = encodeHead(8, 'EVALSHA', LOCK_SCRIPT_SHA, '1');
 const EVAL_HEAD = encodeHead(8, 'EVAL', LOCK_SCRIPT, '1');
-const COMMAND_NAMES = {
-  INCR: Buffer.from('INCR'),
-  INCRBY: Buffer.from('INCRBY'),
-  EXPIRE: Buffer.from('EXPIRE'),
-  PEXPIRE: Buffer.from('PEXPIRE'),
-};
 
 /** The RESP command that runs the script: EVALSHA normally, EVAL when the script cache lost it. */
 export function encodeLockCall(call: LockCall, withSource: boolean): Buffer {
   return appendBulks(withSource ? EVAL_HEAD : EVALSHA_HEAD, [
     call.key,
-    COMMAND_NAMES[call.increment],
+    BLOCK_COMMANDS[call.increment],
     call.delta,
-    COMMAND_NAMES[call.expire],
+    BLOCK_COMMANDS[call.expire],
     call.ttl,
   ]);
 }

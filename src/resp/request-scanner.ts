@@ -106,12 +106,16 @@ class NumberLine {
   }
 }
 
-/** Whether the digits read so far on a count line can still spell `n`. */
+/** Whether the digits read so far on a count line can still spell `n` (a positive integer). */
 function isPrefixOfNumber(line: NumberLine, n: number): boolean {
   if (line.length === 0) return true;
   if (line.negative || !line.valid) return false;
-  const digits = String(n);
-  return line.digits <= digits.length && digits.startsWith(String(line.value)) && line.digits === String(line.value).length;
+  // A valid line has no leading zero, so its value has exactly `digits` digits: compare it with
+  // n's first `digits` digits (arithmetic, not strings: this runs at the end of chunks).
+  const limit = 10 ** line.digits;
+  let prefix = n;
+  while (prefix >= limit) prefix = Math.floor(prefix / 10);
+  return prefix === line.value;
 }
 
 export class RequestScanner {

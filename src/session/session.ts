@@ -29,8 +29,6 @@ import { WriteBatch } from './write-batch.js';
 
 export type { ProxyContext };
 
-const MULTI = Buffer.from('MULTI');
-
 let nextSessionId = 1;
 
 export class Session implements LockBlockPort, ReplyStreamPort {
@@ -76,11 +74,11 @@ export class Session implements LockBlockPort, ReplyStreamPort {
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
     this.toClient = new WriteBatch(client, (bytes) => this.sendClient(bytes));
-    const { socket, readyEvent, address } = ctx.upstream.connect();
+    const { socket, readyEvent, address, host } = ctx.upstream.connect();
     this.upstream = socket;
     this.upstreamAddress = address;
     this.toUpstream = new WriteBatch(socket, (bytes) => this.sendUpstream(bytes));
-    this.nodes = ctx.cluster ? new NodeReplies(ctx.cluster, client, address, ctx.upstream.target.tls, ctx.stats) : null;
+    this.nodes = ctx.cluster ? new NodeReplies(ctx.cluster, client, host, ctx.upstream.target.tls, ctx.stats) : null;
     this.replies = new ReplyStream(this, this.nodes?.rewriteRedirect ?? null);
     this.blocks = new LockBlocks(this, this.replies, ctx, this.nodes);
     // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
@@ -420,7 +418,7 @@ export class Session implements LockBlockPort, ReplyStreamPort {
       else blocks.awaitMore();
       return;
     }
-    if (scanner.awaitingHead && this.tx.canStartBlock && scanner.couldStillBe(MULTI, 1) && this.frameKeptBack(scanner)) {
+    if (scanner.awaitingHead && this.tx.canStartBlock && LockBlocks.couldStillStart(scanner) && this.frameKeptBack(scanner)) {
       const start = scanner.frameStart >= from ? scanner.frameStart : from;
       this.writeUpstream(chunk.subarray(from, start));
       this.partial.push(chunk.subarray(start));

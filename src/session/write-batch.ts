@@ -4,11 +4,7 @@
  */
 import type net from 'node:net';
 
-/**
- * Collects the writes made while one chunk is processed, so that they leave in
- * one write (the usual case, no cork needed) or one writev, instead of one
- * system call each. Outside begin()/end() a write goes out at once.
- */
+/** Collects writes between begin() and the matching end(); outside them a write goes out at once. */
 export class WriteBatch {
   private readonly parts: Buffer[] = [];
   private depth = 0;

@@ -15,6 +15,8 @@ export interface UpstreamSocket {
   readonly readyEvent: 'connect' | 'secureConnect';
   /** host:port or socket path actually dialled (with sentinel: the master of the moment). */
   readonly address: string;
+  /** The host of that address (the socket path for a unix socket). */
+  readonly host: string;
 }
 
 const DEFAULT_PORT = 6379;
@@ -39,14 +41,19 @@ export class UpstreamConnector {
 
   connect(): UpstreamSocket {
     if (this.target.path !== undefined) {
-      return { socket: net.connect({ path: this.target.path, allowHalfOpen: true }), readyEvent: 'connect', address: this.target.path };
+      return {
+        socket: net.connect({ path: this.target.path, allowHalfOpen: true }),
+        readyEvent: 'connect',
+        address: this.target.path,
+        host: this.target.path,
+      };
     }
     const { host, port } =
       this.locator !== null ? this.locator.locate() : { host: this.target.host as string, port: this.target.port ?? DEFAULT_PORT };
     const address = formatAddress(host, port);
     if (this.tlsOptions === null) {
       const socket = net.connect({ host, port, allowHalfOpen: true, noDelay: true, keepAlive: true });
-      return { socket, readyEvent: 'connect', address };
+      return { socket, readyEvent: 'connect', address, host };
     }
     const options = this.tlsOptions;
     const tlsOptions: tls.ConnectionOptions & { allowHalfOpen: boolean } = {
@@ -63,6 +70,6 @@ export class UpstreamConnector {
     const socket = tls.connect(tlsOptions);
     socket.setNoDelay(true);
     socket.setKeepAlive(true);
-    return { socket, readyEvent: 'secureConnect', address };
+    return { socket, readyEvent: 'secureConnect', address, host };
   }
 }
