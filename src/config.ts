@@ -13,7 +13,6 @@ import type { ReleaseFilter } from './rules/loader.js';
 import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
 import {
   boolean,
-  envName,
   integer,
   list,
   OPTIONS,
@@ -140,15 +139,6 @@ export function chooseRules(rules: string[] | undefined, stalwart: string | unde
     );
   }
   return { paths, release: { product: 'Stalwart', version: release.version } };
-}
-
-/** The rule settings of the operator commands: their flags, else the proxy's environment variables. */
-export function chooseRulesFromEnv(rules: string[] | undefined, stalwart: string | undefined, env: NodeJS.ProcessEnv): RuleChoice {
-  return chooseRules(rules ?? splitList(env[envName('rules')] ?? ''), stalwart ?? nonEmpty(env[envName('stalwart')]));
-}
-
-function nonEmpty(value: string | undefined): string | undefined {
-  return value === undefined || value.trim() === '' ? undefined : value;
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

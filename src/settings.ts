@@ -192,6 +192,19 @@ export function readSettings(flags: Record<string, unknown>, env: NodeJS.Process
   return merge(flags, fromEnv(env), configFile ? fromFile(configFile) : {});
 }
 
+/**
+ * The proxy's settings `names` as an operator command (verify, locks) takes them: its flags of
+ * the same names, else the proxy's environment variables, else the defaults (no config file).
+ */
+export function readCommandSettings(names: readonly OptionName[], flags: Record<string, unknown>, env: NodeJS.ProcessEnv): RawSettings {
+  const all = merge(flags, fromEnv(env), {});
+  const picked: RawSettings = {};
+  for (const name of names) {
+    if (all[name] !== undefined) picked[name] = all[name];
+  }
+  return picked;
+}
+
 function fromEnv(env: NodeJS.ProcessEnv): RawSettings {
   const settings: RawSettings = {};
   for (const [name, spec] of Object.entries(OPTIONS) as Array<[OptionName, OptionSpec]>) {

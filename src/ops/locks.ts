@@ -14,12 +14,12 @@
  * This file is the command: its options, its connection and its exit codes. The listing is in
  * locks-list.ts, the output in locks-output.ts, the deleting in locks-release.ts.
  */
-import { chooseRulesFromEnv, upstreamTlsFrom, type RuleChoice, type UpstreamTls } from '../config.js';
+import { chooseRules, upstreamTlsFrom, type RuleChoice, type UpstreamTls } from '../config.js';
 import { UsageError } from '../errors.js';
 import { unescapeKey } from '../key-text.js';
 import { loadRules } from '../rules/loader.js';
 import type { RuleSet } from '../rules/types.js';
-import { envName, type RawSettings } from '../settings.js';
+import { list, readCommandSettings, text } from '../settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
 import { connectionFault, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
 import { openLockNodes, type LockNodes } from './lock-nodes.js';
@@ -71,7 +71,6 @@ Exit status: 0 done, 1 Redis unreachable, a key not released, or
 --release-abandoned without --yes, 2 bad options or rule files.
 `;
 
-const DEFAULT_UPSTREAM = 'redis://127.0.0.1:6379';
 const DEFAULT_SCAN_COUNT = 1000;
 const CONNECT_TIMEOUT_MS = 5000;
 
@@ -133,6 +132,18 @@ export async function run(argv: string[], io: Io): Promise<number> {
   }
 }
 
+/** The proxy's settings that `locks` takes too, as flags and as the same variables. */
+const PROXY_SETTINGS = [
+  'upstream',
+  'upstream-ca',
+  'upstream-cert',
+  'upstream-key',
+  'upstream-servername',
+  'upstream-insecure',
+  'rules',
+  'stalwart',
+] as const;
+
 /** The flags of `locks`. */
 export const LOCKS_FLAGS = {
   upstream: { type: 'string' },
@@ -178,18 +189,13 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
   if (values.yes && !releaseAbandoned) throw new UsageError('--yes only goes with --release-abandoned');
 
   const count = positiveInteger('--count', values.count ?? String(DEFAULT_SCAN_COUNT));
-  const upstream = parseUpstreamUrl(values.upstream ?? env.REDIS_LOCK_PROXY_UPSTREAM ?? DEFAULT_UPSTREAM);
-  // The proxy's own TLS settings and their checks: flags first, then the same variables.
-  const tlsSettings: RawSettings = {};
-  for (const name of ['upstream-ca', 'upstream-cert', 'upstream-key', 'upstream-servername', 'upstream-insecure'] as const) {
-    const value = values[name] ?? env[envName(name)];
-    if (value !== undefined && value !== '') tlsSettings[name] = value;
-  }
-  tlsSettings['upstream-insecure'] ??= false;
+  // The proxy's own upstream, TLS and rule settings, with their checks.
+  const settings = readCommandSettings(PROXY_SETTINGS, values, env);
+  const upstream = parseUpstreamUrl(text(settings, 'upstream') as string);
   return {
     upstream,
-    tls: upstreamTlsFrom(tlsSettings, upstream),
-    rules: chooseRulesFromEnv(values.rules, values.stalwart, env),
+    tls: upstreamTlsFrom(settings, upstream),
+    rules: chooseRules(list(settings, 'rules'), text(settings, 'stalwart')),
     count,
     json: values.json ?? false,
     release,

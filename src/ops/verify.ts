@@ -22,11 +22,12 @@
  * check is in verify-check.ts, the scratch keys in verify-scratch.ts.
  */
 import { formatAddress } from '../address.js';
-import { chooseRulesFromEnv, parseListen, type RuleChoice } from '../config.js';
+import { chooseRules, parseListen, type RuleChoice } from '../config.js';
 import { UsageError } from '../errors.js';
 import { loadRules } from '../rules/loader.js';
 import { stalwartRelease } from '../rules/stalwart.js';
 import { releasesText } from '../rules/store.js';
+import { list, readCommandSettings, text } from '../settings.js';
 import type { RuleSet } from '../rules/types.js';
 import { nonEmpty, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
 import { verifyRules, type ProxyEndpoint } from './verify-check.js';
@@ -151,13 +152,14 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
   if (username !== undefined && password === undefined) {
     throw new UsageError('--user needs --password (or REDIS_LOCK_PROXY_VERIFY_PASSWORD)');
   }
-  const stalwart = values.stalwart ?? nonEmpty(env.REDIS_LOCK_PROXY_STALWART);
+  const settings = readCommandSettings(['rules', 'stalwart'], values, env);
+  const stalwart = text(settings, 'stalwart');
   const release = stalwart === undefined ? undefined : stalwartRelease(stalwart);
   const notAffected = release?.kind === 'not-affected' ? release.reason : undefined;
   return {
     via,
     viaText: formatAddress(via.host, via.port),
-    rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRulesFromEnv(values.rules, stalwart, env),
+    rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRules(list(settings, 'rules'), stalwart),
     notAffected,
     timeoutMs,
     username,
