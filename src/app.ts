@@ -70,7 +70,8 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
   // With --cluster: a listener per node; the --listen listener is the seed, going to any live node.
   // (Cluster and Sentinel never go together: the config refuses that.)
   const cluster = config.cluster === null ? null : await startCluster(config, contextFor, log, stats);
-  const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, cluster ?? sentinel);
+  const locator = cluster ?? sentinel;
+  const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, locator);
   const seed = await startProxy(
     { listen: config.listen, tls: config.listenerTls, maxConnections: config.maxConnections },
     contextFor(upstream, cluster),
@@ -105,7 +106,8 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
           intervalMs: config.lockScanIntervalMs,
           maxKeys: config.lockScanMaxKeys,
           rules: () => rules.current,
-          locate: sentinel === null ? undefined : () => sentinel.locate(),
+          // Behind Sentinel its master, in a cluster a live master (any node lists them all).
+          locate: locator === null ? undefined : () => locator.locate(),
           log,
         });
   let admin: AdminServer | null = null;

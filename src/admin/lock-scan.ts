@@ -11,7 +11,7 @@
 import type { UpstreamTls } from '../config.js';
 import type { Logger } from '../log.js';
 import { openLockNodes } from '../ops/lock-nodes.js';
-import { scanLocks } from '../ops/locks-list.js';
+import { scanNodes } from '../ops/locks-list.js';
 import type { RuleSet } from '../rules/types.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 
@@ -43,7 +43,7 @@ export interface LockScanOptions {
   readonly intervalMs: number;
   readonly maxKeys: number;
   readonly rules: () => RuleSet;
-  /** Where the upstream is now, when that changes (Sentinel); undefined: the target's own address. */
+  /** Where the upstream is now, when that changes (Sentinel's master, a live cluster master); undefined: the target's own address. */
   readonly locate?: () => { host: string; port: number } | undefined;
   readonly log: Logger;
 }
@@ -79,22 +79,13 @@ export class LockScanner {
     try {
       nodes = await openLockNodes(options.target, options.tls, options.timeoutMs, options.locate?.());
       const byRule = new Map(rules.rules.map((rule) => [rule.name, { keys: 0, abandoned: 0, noExpiry: 0 }]));
-      let left = options.maxKeys;
-      let truncated = false;
-      for (const node of nodes.nodes) {
-        const scan = await scanLocks(node.redis, rules, { count: SCAN_COUNT, node: node.name, maxKeys: left });
-        for (const row of scan.rows) {
-          const counts = byRule.get(row.rule) ?? { keys: 0, abandoned: 0, noExpiry: 0 };
-          counts.keys++;
-          if (row.abandoned) counts.abandoned++;
-          if (row.noExpiry) counts.noExpiry++;
-          byRule.set(row.rule, counts);
-        }
-        left -= scan.rows.length;
-        if (scan.truncated || left <= 0) {
-          truncated = true;
-          break;
-        }
+      const { rows, truncated } = await scanNodes(nodes.nodes, rules, { count: SCAN_COUNT, maxKeys: options.maxKeys });
+      for (const row of rows) {
+        const counts = byRule.get(row.rule) ?? { keys: 0, abandoned: 0, noExpiry: 0 };
+        counts.keys++;
+        if (row.abandoned) counts.abandoned++;
+        if (row.pttl === -1) counts.noExpiry++;
+        byRule.set(row.rule, counts);
       }
       this.state = {
         byRule,

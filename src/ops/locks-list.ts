@@ -11,6 +11,7 @@ import { describeFields, isoTime } from '../rules/key-description.js';
 import { decodeLayout } from '../rules/key-layout.js';
 import { ruleMatches } from '../rules/loader.js';
 import type { Rule, RuleSet } from '../rules/types.js';
+import type { LockNode } from './lock-nodes.js';
 
 /** Keys whose GET and PTTL go out in one pipeline (and keys deleted per pipeline). */
 export const READ_BATCH = 500;
@@ -34,8 +35,11 @@ export interface LockRow {
   readonly flags: readonly string[];
   /** Others tried to take it while it was held (counter above 1), or a SET NX deadline long passed. */
   readonly abandoned: boolean;
-  /** It has no expiry: it never goes away by itself. */
-  readonly noExpiry: boolean;
+}
+
+/** Whether the row has a flag: it looks abandoned, or it has no expiry (what --release-abandoned deletes). */
+export function isFlagged(row: LockRow): boolean {
+  return row.flags.length > 0;
 }
 
 /** What one read of the lock keys found. */
@@ -45,14 +49,28 @@ export interface LockScan {
   readonly truncated: boolean;
 }
 
-/** Every key a rule matches on one node, with its value and TTL, in the order SCAN found them. */
-export async function listLocks(redis: Redis, rules: RuleSet, count: number, node = ''): Promise<LockRow[]> {
-  return (await scanLocks(redis, rules, { count, node })).rows;
+/**
+ * The lock keys on every node, node after node, at most `maxKeys` of them in all (the proxy's
+ * periodic scan bounds its work per run this way).
+ */
+export async function scanNodes(
+  nodes: readonly LockNode[],
+  rules: RuleSet,
+  options: { count: number; maxKeys?: number },
+): Promise<LockScan> {
+  const rows: LockRow[] = [];
+  for (const node of nodes) {
+    const left = options.maxKeys === undefined ? undefined : options.maxKeys - rows.length;
+    const scan = await scanLocks(node.redis, rules, { count: options.count, node: node.name, maxKeys: left });
+    rows.push(...scan.rows);
+    if (scan.truncated) return { rows, truncated: true };
+  }
+  return { rows, truncated: false };
 }
 
 /**
- * The lock keys on one node, at most `maxKeys` of them (the proxy's periodic scan bounds its
- * work per run this way). SCAN with MATCH on each rule's prefix, a page at a time.
+ * The lock keys on one node, at most `maxKeys` of them: truncated only when one more is found.
+ * SCAN with MATCH on each rule's prefix, a page at a time.
  */
 export async function scanLocks(
   redis: Redis,
@@ -192,7 +210,7 @@ function makeRow(
   }
   const abandoned = flags.length > 0;
   if (pttl === -1) flags.push('no expiry: never expires');
-  return { key, node, rule, counter, deadline, value, pttl, what, flags, abandoned, noExpiry: pttl === -1 };
+  return { key, node, rule, counter, deadline, value, pttl, what, flags, abandoned };
 }
 
 /** The value as Redis's INCR reads it, or undefined. */

@@ -4,7 +4,7 @@
  */
 import { describeKey, escapeKey } from '../key-text.js';
 import type { Io } from './command.js';
-import type { LockRow } from './locks-list.js';
+import { isFlagged, type LockRow } from './locks-list.js';
 
 const COLUMNS = ['KEY', 'RULE', 'COUNTER', 'TTL', 'WHAT', 'FLAG'];
 
@@ -67,7 +67,7 @@ export function rowJson(row: LockRow): Record<string, unknown> {
     value: row.counter === undefined && row.value !== undefined ? escapeKey(row.value) : null,
     pttl_ms: row.pttl,
     what: row.what,
-    flagged: row.flags.length > 0,
+    flagged: isFlagged(row),
     flags: row.flags,
   };
 }
@@ -83,7 +83,7 @@ export function rowSummary(row: LockRow): string {
 export function summary(rows: readonly LockRow[], masters?: number): string {
   const where = masters === undefined ? '' : ` on ${masters} master(s)`;
   if (rows.length === 0) return `no lock keys found${where}\n`;
-  const flagged = rows.filter((row) => row.flags.length > 0).length;
+  const flagged = rows.filter(isFlagged).length;
   return `${rows.length} lock key(s)${where}, ${flagged} flagged\n`;
 }
 

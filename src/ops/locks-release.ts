@@ -8,7 +8,7 @@ import { escapeKey } from '../key-text.js';
 import type { RuleSet } from '../rules/types.js';
 import type { Io } from './command.js';
 import type { LockNode, LockNodes } from './lock-nodes.js';
-import { describeLockKey, READ_BATCH, readBatch, type LockRow } from './locks-list.js';
+import { describeLockKey, isFlagged, READ_BATCH, readBatch, type LockRow } from './locks-list.js';
 import { printResult, rowJson, rowSummary, table } from './locks-output.js';
 
 /**
@@ -92,7 +92,7 @@ export async function releaseNamed(
  */
 export async function releaseAbandoned(nodes: LockNodes, rows: readonly LockRow[], options: ReleaseOptions, io: Io): Promise<number> {
   const { json, yes } = options;
-  const flagged = rows.filter((row) => row.flags.length > 0);
+  const flagged = rows.filter(isFlagged);
   if (flagged.length === 0) {
     if (!json) io.stdout(`no abandoned locks (${rows.length} lock key(s) checked)\n`);
     return 0;
@@ -102,7 +102,7 @@ export async function releaseAbandoned(nodes: LockNodes, rows: readonly LockRow[
       for (const row of flagged) io.stdout(`${JSON.stringify({ action: 'would-delete', ...rowJson(row) })}\n`);
     } else {
       io.stdout(`would delete ${flagged.length} lock key(s):\n`);
-      io.stdout(table(flagged));
+      io.stdout(table(flagged, nodes.cluster));
     }
     io.stderr(`locks: nothing deleted: add --yes to delete these ${flagged.length} key(s)\n`);
     return 1;

@@ -23,7 +23,7 @@ import { list, readCommandSettings, text } from '../settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
 import { connectionFault, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
 import { openLockNodes, type LockNodes } from './lock-nodes.js';
-import { listLocks, type LockRow } from './locks-list.js';
+import { scanNodes } from './locks-list.js';
 import { printRows, summary } from './locks-output.js';
 import { releaseAbandoned, releaseNamed } from './locks-release.js';
 
@@ -116,8 +116,7 @@ export async function run(argv: string[], io: Io): Promise<number> {
   }
   try {
     if (releaseKeys.length > 0) return await releaseNamed(nodes, rules, releaseKeys, options, io);
-    const rows: LockRow[] = [];
-    for (const node of nodes.nodes) rows.push(...(await listLocks(node.redis, rules, options.count, node.name)));
+    const { rows } = await scanNodes(nodes.nodes, rules, { count: options.count });
     if (options.releaseAbandoned) return await releaseAbandoned(nodes, rows, options, io);
     printRows(rows, options.json, io, nodes.cluster);
     if (!options.json) io.stdout(summary(rows, nodes.cluster ? nodes.nodes.length : undefined));

@@ -30,7 +30,7 @@ export function upstreamRedisOptions(
     ...where,
     username: target.username,
     password: target.password,
-    db: node !== undefined ? 0 : target.db,
+    db: target.db, // a cluster has only 0 (the config refuses another); behind Sentinel, the URL's
     ...(target.tls ? { tls: tlsOptions(tls, host) } : {}),
     lazyConnect: true,
     connectTimeout: timeoutMs,

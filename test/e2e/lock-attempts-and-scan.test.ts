@@ -140,7 +140,14 @@ describe('the abandoned-lock scan', () => {
       flags: ['--lock-scan-interval-ms', '200', '--lock-scan-max-keys', '3'],
     });
     try {
-      for (let id = 1n; id <= 10n; id++) await admin.call('SET', taskLockKey(id), '1', 'EX', '60');
+      // Exactly as many as the bound: all read, nothing left out.
+      for (let id = 1n; id <= 3n; id++) await admin.call('SET', taskLockKey(id), '1', 'EX', '60');
+      const scansBefore = proxy.app.lockScan?.latest.scans ?? 0;
+      await until('a scan after the keys were written', async () => (proxy.app.lockScan?.latest.scans ?? 0) > scansBefore + 1);
+      expect(proxy.app.lockScan?.latest.truncated).toBe(false);
+      expect(proxy.app.lockScan?.latest.byRule.get('stalwart-task-lock')?.keys).toBe(3);
+
+      for (let id = 4n; id <= 10n; id++) await admin.call('SET', taskLockKey(id), '1', 'EX', '60');
       await until('a truncated scan', async () => proxy.app.lockScan?.latest.truncated === true);
       const text = await metricsOf(proxy);
       expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-task-lock"}')).toBe(3);

@@ -2,13 +2,15 @@
  * The proxy behind Redis Sentinel, through the built command line: new
  * connections go to the master the sentinels name; after a failover the
  * connections to the old master are closed (as a client library would close
- * them) and new ones reach the new master, where the fix still holds.
+ * them) and new ones reach the new master, where the fix still holds. The
+ * lock scan reads the master of the moment, in the URL's database.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Cli, cleanEnv, ensureBuilt } from '../support/cli.js';
 import { freePort } from '../support/redis.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { query, startSentinelSetup, type SentinelSetup } from '../support/sentinel.js';
+import { startTestProxy } from '../support/proxy.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
 /** A Stalwart task lock: the proxy runs with its default rules. */
@@ -23,6 +25,27 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await setup?.stop();
+});
+
+it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('the lock scan reads the master in the database the URL names', async () => {
+  const s = setup as SentinelSetup;
+  const proxy = await startTestProxy({
+    upstream: 'redis://ignored/3',
+    flags: ['--sentinel', `127.0.0.1:${s.sentinels[0].port}`, '--sentinel-master', s.masterName, '--lock-scan-interval-ms', '100'],
+  });
+  const key = taskLockKey(4343n);
+  try {
+    const client = await RawClient.connect(proxy.port);
+    client.write(Buffer.concat([lockAttempt(key, 60), lockAttempt(key, 60)]));
+    expect((await client.readReplies(8)).toString()).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+    await client.close();
+    expect(await query(s.master.port, ['EXISTS', key])).toBe(0); // not in database 0
+    const scans = proxy.app.lockScan?.latest.scans ?? 0;
+    await expect.poll(() => proxy.app.lockScan?.latest.scans ?? 0, { timeout: 10_000 }).toBeGreaterThan(scans + 1);
+    expect(proxy.app.lockScan?.latest.byRule.get('stalwart-task-lock')).toEqual({ keys: 1, abandoned: 1, noExpiry: 0 });
+  } finally {
+    await proxy.close();
+  }
 });
 
 it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)(

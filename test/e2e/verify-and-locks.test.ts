@@ -21,7 +21,7 @@ import { describeKey, escapeKey, unescapeKey } from '../../src/key-text.js';
 import type { Io } from '../../src/ops/command.js';
 import { run as locks } from '../../src/ops/locks.js';
 import { upstreamRedisOptions } from '../../src/upstream/redis-client.js';
-import { describeLockKey, globPatternFor, listLocks } from '../../src/ops/locks-list.js';
+import { describeLockKey, globPatternFor, scanLocks } from '../../src/ops/locks-list.js';
 import { deleteUnchanged } from '../../src/ops/locks-release.js';
 import { run as verify } from '../../src/ops/verify.js';
 import { loadRules } from '../../src/rules/loader.js';
@@ -516,7 +516,7 @@ describe('locks', () => {
     try {
       await client.connect();
       const rules = loadRules([STALWART_RULES]);
-      const flagged = (await listLocks(client, rules, 1000)).filter((row) => row.flags.length > 0);
+      const flagged = (await scanLocks(client, rules, { count: 1000, node: '' })).rows.filter((row) => row.flags.length > 0);
       expect(flagged.map((row) => row.key.toString('hex')).sort()).toEqual([bumped, noTtl].map((k) => k.toString('hex')).sort());
       // Meanwhile: another loser bumps 777; 555 expires and a new owner takes it, and a loser bumps it to 1 again... (same value, fresh TTL).
       expect(await attemptViaProxy(bumped, 3600)).toBe(4);
@@ -530,7 +530,7 @@ describe('locks', () => {
       // A key whose expiry went up without a change of value was re-armed by someone: left alone too.
       await adminCall('SET', 'lock:x', '5', 'PX', '10000');
       const onlyX = writeRules('only-x.yaml', 'rules:\n  - name: x\n    prefix: "lock:x"\n');
-      const rows = await listLocks(client, loadRules([onlyX]), 1000);
+      const { rows } = await scanLocks(client, loadRules([onlyX]), { count: 1000, node: '' });
       expect(rows).toHaveLength(1);
       await adminCall('PEXPIRE', 'lock:x', '60000');
       expect(await deleteUnchanged(client, rows)).toEqual(['changed']);
