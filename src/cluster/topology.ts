@@ -3,10 +3,10 @@
  * (Redis 7.0+), else CLUSTER NODES. The proxy needs every node a client could
  * be sent to, masters and replicas, with the address the proxy dials.
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { UpstreamTls } from '../config.js';
 import { TopologyError } from '../errors.js';
-import { upstreamRedisOptions } from '../upstream/redis-client.js';
+import { connectRedis, upstreamRedisOptions } from '../upstream/redis-client.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 
 export interface ClusterNodeInfo {
@@ -31,34 +31,37 @@ export async function fetchTopology(
   port: number,
   timeoutMs: number,
 ): Promise<ClusterNodeInfo[]> {
-  const redis = new Redis(upstreamRedisOptions(target, tls, timeoutMs, { host, port }));
-  let lastError: Error | undefined;
-  redis.on('error', (err: Error) => (lastError = err));
+  let redis: Redis;
   try {
-    try {
-      await redis.connect();
-    } catch (err) {
-      const cause = lastError ?? (err as Error);
-      throw new TopologyError(`cannot connect: ${cause.message}`, { cause });
-    }
-    try {
-      return parseShards(await redis.call('CLUSTER', 'SHARDS'), host, tls !== null);
-    } catch (err) {
-      const message = (err as Error).message;
-      if (/cluster support disabled/i.test(message)) {
-        throw new TopologyError('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis', { cause: err });
-      }
-      // Redis before 7.0 has no SHARDS, and an ACL may allow NODES but not SHARDS: NODES then.
-      if (!/unknown subcommand|unknown command|^NOPERM/i.test(message))
-        throw new TopologyError(`CLUSTER SHARDS failed: ${message}`, { cause: err });
-    }
-    try {
-      return parseNodes(String(await redis.call('CLUSTER', 'NODES')), host);
-    } catch (err) {
-      throw new TopologyError(`CLUSTER NODES failed: ${(err as Error).message}`, { cause: err });
-    }
+    ({ redis } = await connectRedis(upstreamRedisOptions(target, tls, timeoutMs, { host, port })));
+  } catch (err) {
+    throw new TopologyError(`cannot connect: ${(err as Error).message}`, { cause: err });
+  }
+  try {
+    return await askTopology(redis, host, tls !== null);
   } finally {
     redis.disconnect();
+  }
+}
+
+/** Asks the node `redis` is connected to (at `host`, over TLS or not) for the cluster's nodes. */
+export async function askTopology(redis: Redis, host: string, tls: boolean): Promise<ClusterNodeInfo[]> {
+  try {
+    return parseShards(await redis.call('CLUSTER', 'SHARDS'), host, tls);
+  } catch (err) {
+    const message = (err as Error).message;
+    if (/cluster support disabled/i.test(message)) {
+      throw new TopologyError('not a cluster node (cluster support disabled): drop --cluster for a standalone Redis', { cause: err });
+    }
+    // Redis before 7.0 has no SHARDS, and an ACL may allow NODES but not SHARDS: NODES then.
+    if (!/unknown subcommand|unknown command|^NOPERM/i.test(message)) {
+      throw new TopologyError(`CLUSTER SHARDS failed: ${message}`, { cause: err });
+    }
+  }
+  try {
+    return parseNodes(String(await redis.call('CLUSTER', 'NODES')), host);
+  } catch (err) {
+    throw new TopologyError(`CLUSTER NODES failed: ${(err as Error).message}`, { cause: err });
   }
 }
 

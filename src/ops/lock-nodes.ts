@@ -6,8 +6,9 @@
 import type { Redis } from 'ioredis';
 import { formatAddress } from '../address.js';
 import type { UpstreamTls } from '../config.js';
-import { fetchTopology } from '../cluster/topology.js';
+import { askTopology } from '../cluster/topology.js';
 import { connectRedis, upstreamRedisOptions } from '../upstream/redis-client.js';
+import { isReplyError } from './command.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 
 export interface LockNode {
@@ -52,16 +53,19 @@ export async function openLockNodes(
       close: () => first.redis.disconnect(),
     };
   }
-  const seed = at ?? { host: target.host as string, port: target.port ?? 6379 };
+  const seedHost = at?.host ?? (target.host as string);
   const nodes: LockNode[] = [];
   const errors: Array<() => Error | undefined> = [];
   try {
-    const masters = (await fetchTopology(target, tls, seed.host, seed.port, timeoutMs)).filter(
+    const masters = (await askTopology(first.redis, seedHost, target.tls)).filter(
       (node) => node.role === 'master' && node.slots.length > 0,
     );
     for (const master of masters) {
-      const { redis, lastError } = await connectRedis(upstreamRedisOptions(target, tls, timeoutMs, master));
-      nodes.push({ name: formatAddress(master.host, master.port), redis, slots: master.slots });
+      const masterName = formatAddress(master.host, master.port);
+      const { redis, lastError } = await connectRedis(upstreamRedisOptions(target, tls, timeoutMs, master)).catch((error: Error) => {
+        throw new Error(`master ${masterName}: ${error.message}`, { cause: error });
+      });
+      nodes.push({ name: masterName, redis, slots: master.slots });
       errors.push(lastError);
     }
   } catch (error) {
@@ -91,7 +95,7 @@ async function isClusterNode(redis: Redis): Promise<boolean> {
   try {
     return /^cluster_enabled:1\b/m.test(String(await redis.info('cluster')));
   } catch (error) {
-    if ((error as Error).name === 'ReplyError') return false; // NOPERM, or INFO renamed away
+    if (isReplyError(error)) return false; // NOPERM, or INFO renamed away
     throw error;
   }
 }

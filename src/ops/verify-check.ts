@@ -9,6 +9,7 @@ import type { ListenAddress } from '../config.js';
 import { RuleFailure } from '../errors.js';
 import { describeKey } from '../key-text.js';
 import type { Rule, RuleSet } from '../rules/types.js';
+import { reportingOptions } from '../upstream/redis-client.js';
 import { connectionFault, describeError } from './command.js';
 import { servedSlots, unusedScratchKey, type SlotRanges } from './verify-scratch.js';
 
@@ -80,16 +81,7 @@ async function verifyAll(
     port: proxy.via.port,
     username: proxy.username,
     password: proxy.password,
-    lazyConnect: true,
-    connectTimeout: proxy.timeoutMs,
-    commandTimeout: proxy.timeoutMs,
-    enableReadyCheck: false,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    // No CLIENT SETINFO or SETNAME: an error reply to one of those (say, the proxy's "upstream
-    // unreachable") would be swallowed, and the check would only see the connection close.
-    disableClientInfo: true,
+    ...reportingOptions(proxy.timeoutMs),
   });
   let lastError: Error | undefined;
   redis.on('error', (error: Error) => {

@@ -55,16 +55,10 @@ export class UpstreamConnector {
       const socket = net.connect({ host, port, allowHalfOpen: true, noDelay: true, keepAlive: true });
       return { socket, readyEvent: 'connect', address, host };
     }
-    const options = this.tlsOptions;
     const tlsOptions: tls.ConnectionOptions & { allowHalfOpen: boolean } = {
       host,
       port,
-      // SNI carries host names only; an IP address is verified against the certificate's IP entries.
-      servername: options.servername ?? (net.isIP(host) === 0 ? host : undefined),
-      ca: options.ca,
-      cert: options.cert,
-      key: options.key,
-      rejectUnauthorized: !options.insecure,
+      ...upstreamTlsOptions(this.tlsOptions, host),
       allowHalfOpen: true, // passed on to the TLSSocket: Redis's FIN must not close our side early
     };
     const socket = tls.connect(tlsOptions);
@@ -72,4 +66,11 @@ export class UpstreamConnector {
     socket.setKeepAlive(true);
     return { socket, readyEvent: 'secureConnect', address, host };
   }
+}
+
+/** rediss://: the CA, client certificate and server name given, else the system's CAs and the host. */
+export function upstreamTlsOptions(settings: UpstreamTls | null, host: string | undefined): tls.ConnectionOptions {
+  // SNI carries host names only; an IP address is verified against the certificate's IP entries.
+  const servername = settings?.servername ?? (host !== undefined && net.isIP(host) === 0 ? host : undefined);
+  return { ca: settings?.ca, cert: settings?.cert, key: settings?.key, servername, rejectUnauthorized: !(settings?.insecure ?? false) };
 }

@@ -4,9 +4,9 @@
  * the proxy's upstream settings say, and no retries or offline queue (a failure is reported,
  * not hidden).
  */
-import net from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { UpstreamTls } from '../config.js';
+import { upstreamTlsOptions } from './connect.js';
 import type { UpstreamTarget } from './target.js';
 
 /**
@@ -25,13 +25,23 @@ export function upstreamRedisOptions(
       : target.path !== undefined
         ? { path: target.path }
         : { host: target.host, port: target.port };
-  const host = where.host;
   return {
     ...where,
     username: target.username,
     password: target.password,
     db: target.db, // a cluster has only 0 (the config refuses another); behind Sentinel, the URL's
-    ...(target.tls ? { tls: tlsOptions(tls, host) } : {}),
+    ...(target.tls ? { tls: upstreamTlsOptions(tls, where.host) } : {}),
+    ...reportingOptions(timeoutMs),
+  };
+}
+
+/**
+ * A connection that reports rather than hides: it connects when asked, never retries or queues,
+ * and sends no CLIENT SETINFO/SETNAME (an error reply to one of those, say a proxy's "upstream
+ * unreachable", would be swallowed, and only the connection's close be seen).
+ */
+export function reportingOptions(timeoutMs: number): RedisOptions {
+  return {
     lazyConnect: true,
     connectTimeout: timeoutMs,
     commandTimeout: timeoutMs,
@@ -41,13 +51,6 @@ export function upstreamRedisOptions(
     retryStrategy: () => null,
     disableClientInfo: true,
   };
-}
-
-/** rediss://: the CA, client certificate and server name given, else the system's CAs and the host. */
-function tlsOptions(tls: UpstreamTls | null, host: string | undefined): NonNullable<RedisOptions['tls']> {
-  // SNI carries host names only; an IP address is verified against the certificate's IP entries.
-  const servername = tls?.servername ?? (host !== undefined && net.isIP(host) === 0 ? host : undefined);
-  return { ca: tls?.ca, cert: tls?.cert, key: tls?.key, servername, rejectUnauthorized: !(tls?.insecure ?? false) };
 }
 
 /**
