@@ -14,8 +14,9 @@ import type { NodeDirectory } from './cluster/rewrite.js';
 import type { Config, ListenAddress } from './config.js';
 import type { Logger } from './log.js';
 import { describeRules, RuleStore } from './rules/store.js';
+import { effectiveMode } from './rules/types.js';
 import { startProxy, type ProxyServer } from './server.js';
-import type { ProxyContext } from './session/session.js';
+import type { ProxyContext } from './session/context.js';
 import { Stats } from './stats.js';
 import { UpstreamConnector } from './upstream/connect.js';
 import { probeUpstream } from './upstream/probe.js';
@@ -205,7 +206,7 @@ function describeApp(
   rules: RuleStore,
 ): Record<string, unknown> {
   const byMode = { enforce: 0, observe: 0 };
-  for (const rule of rules.current.rules) byMode[config.mode === 'observe' ? 'observe' : rule.mode]++;
+  for (const rule of rules.current.rules) byMode[effectiveMode(rule, config.mode)]++;
   return {
     listen: formatAddress(seed.address.host, seed.address.port),
     ...(cluster === null ? {} : { clusterNodes: cluster.nodes().map((node) => `${node.address} (${node.role}) on ${node.listenPort}`) }),

@@ -11,6 +11,7 @@ import { formatAddress } from './address.js';
 import { ConfigError } from './errors.js';
 import type { ReleaseFilter } from './rules/loader.js';
 import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
+import type { RuleMode } from './rules/types.js';
 import {
   boolean,
   integer,
@@ -54,8 +55,6 @@ export interface SentinelConfig {
   readonly password?: string;
 }
 
-export type GlobalMode = 'enforce' | 'observe';
-
 export interface ClusterConfig {
   /** Nodes the topology is first asked of; their credentials and TLS apply to every node. */
   readonly seeds: readonly UpstreamTarget[];
@@ -78,7 +77,7 @@ export interface Config {
   readonly connectTimeoutMs: number;
   readonly logLevel: string;
   /** `observe` makes every rule observe-only; `enforce` leaves each rule's own mode. */
-  readonly mode: GlobalMode;
+  readonly mode: RuleMode;
   /** Admin HTTP address, or null when disabled. */
   readonly adminListen: ListenAddress | null;
   readonly watchRules: boolean;

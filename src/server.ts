@@ -7,7 +7,8 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import type { ListenAddress, ListenerTls } from './config.js';
-import { Session, type ProxyContext } from './session/session.js';
+import type { ProxyContext } from './session/context.js';
+import { Session } from './session/session.js';
 
 export interface ProxyServerOptions {
   readonly listen: ListenAddress;

@@ -5,7 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_RULES_DIR, parseListen, resolveConfig, type Config } from '../src/config.js';
 import { OPTIONS } from '../src/settings.js';
-import { ConfigError, parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
+import { ConfigError } from '../src/errors.js';
+import { parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
 
 /** resolveConfig, expecting a runnable configuration. */
 function run(argv: string[], env: NodeJS.ProcessEnv = {}): Config {

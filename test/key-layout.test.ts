@@ -6,7 +6,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { describeFields, parseDescription } from '../src/rules/key-description.js';
 import { buildKey, decodeLayout, matchesLayout, parseKeyLayout, type KeyLayout } from '../src/rules/key-layout.js';
-import { parseRuleFile, RuleFileError } from '../src/rules/loader.js';
+import { RuleFileError } from '../src/errors.js';
+import { parseRuleFile } from '../src/rules/loader.js';
 import { leb128, taskEpoch } from './support/stalwart-releases.js';
 
 const problem = (where: string, text: string) => new Error(`${where}: ${text}`);

@@ -10,7 +10,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { RuleFileError, createRuleSet, loadRules, parseRuleFile } from '../src/rules/loader.js';
+import { RuleFileError } from '../src/errors.js';
+import { createRuleSet, loadRules, parseRuleFile } from '../src/rules/loader.js';
 import type { RuleSet } from '../src/rules/types.js';
 
 const STALWART_016 = fileURLToPath(new URL('../rules/stalwart/0.16.yaml', import.meta.url));

@@ -13,7 +13,7 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from 'prom-client';
 import { CONNECT_BUCKETS, type Stats } from '../stats.js';
 import type { Readiness } from './server.js';
-import type { LockScanState } from './lock-scan.js';
+import type { LockScanState, RuleLockCounts } from './lock-scan.js';
 
 const PREFIX = 'redis_lock_proxy_';
 
@@ -156,7 +156,40 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
       },
     });
   }
-  if (lockScan !== undefined) registerLockScanMetrics(lockScan, gauge, labelledCounter, registers);
+  if (lockScan !== undefined) {
+    // The abandoned-lock scan's findings per rule, and its own health.
+    const perRule = (name: string, help: string, read: (counts: RuleLockCounts) => number) => {
+      new Gauge({
+        name: PREFIX + name,
+        help,
+        labelNames: ['rule'],
+        registers,
+        collect() {
+          this.reset();
+          for (const [rule, counts] of lockScan().byRule) this.set({ rule }, read(counts));
+        },
+      });
+    };
+    perRule('lock_keys', 'Lock keys in Redis that the rule names, at the last lock scan.', (c) => c.keys);
+    perRule(
+      'lock_keys_abandoned',
+      'Of those, the ones that look abandoned (others tried while held, or a SET NX deadline long past).',
+      (c) => c.abandoned,
+    );
+    perRule('lock_keys_without_expiry', 'Of those, the ones without an expiry (they never go away by themselves).', (c) => c.noExpiry);
+    labelledCounter('lock_scans_total', 'Lock scans, by result.', ['result'], (emit) => {
+      emit({ result: 'ok' }, lockScan().scans);
+      emit({ result: 'failed' }, lockScan().failures);
+    });
+    gauge('lock_scan_truncated', 'Whether the last lock scan stopped at --lock-scan-max-keys (1) or read every lock key (0).', () =>
+      lockScan().truncated ? 1 : 0,
+    );
+    gauge(
+      'lock_scan_last_success_timestamp_seconds',
+      'When the last lock scan succeeded (Unix seconds; 0: none yet).',
+      () => lockScan().lastSuccess,
+    );
+  }
 
   const { rulesLoaded, ruleFiles, clusterNodes } = opts;
   if (clusterNodes !== undefined) {
@@ -197,51 +230,6 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
 
   collectDefaultMetrics({ register: registry, prefix: PREFIX });
   return registry;
-}
-
-/** The abandoned-lock scan's gauges, per rule, and its own health. */
-function registerLockScanMetrics(
-  lockScan: () => LockScanState,
-  gauge: (name: string, help: string, read: () => number) => void,
-  labelledCounter: (
-    name: string,
-    help: string,
-    labelNames: readonly string[],
-    read: (emit: (labels: Record<string, string>, value: number) => void) => void,
-  ) => void,
-  registers: Registry[],
-): void {
-  const perRule = (name: string, help: string, read: (counts: { keys: number; abandoned: number; noExpiry: number }) => number) => {
-    new Gauge({
-      name: PREFIX + name,
-      help,
-      labelNames: ['rule'],
-      registers,
-      collect() {
-        this.reset();
-        for (const [rule, counts] of lockScan().byRule) this.set({ rule }, read(counts));
-      },
-    });
-  };
-  perRule('lock_keys', 'Lock keys in Redis that the rule names, at the last lock scan.', (c) => c.keys);
-  perRule(
-    'lock_keys_abandoned',
-    'Of those, the ones that look abandoned (others tried while held, or a SET NX deadline long past).',
-    (c) => c.abandoned,
-  );
-  perRule('lock_keys_without_expiry', 'Of those, the ones without an expiry (they never go away by themselves).', (c) => c.noExpiry);
-  labelledCounter('lock_scans_total', 'Lock scans, by result.', ['result'], (emit) => {
-    emit({ result: 'ok' }, lockScan().scans);
-    emit({ result: 'failed' }, lockScan().failures);
-  });
-  gauge('lock_scan_truncated', 'Whether the last lock scan stopped at --lock-scan-max-keys (1) or read every lock key (0).', () =>
-    lockScan().truncated ? 1 : 0,
-  );
-  gauge(
-    'lock_scan_last_success_timestamp_seconds',
-    'When the last lock scan succeeded (Unix seconds; 0: none yet).',
-    () => lockScan().lastSuccess,
-  );
 }
 
 /** Adds a non-negative finite total to a freshly reset counter; anything else is left out. */

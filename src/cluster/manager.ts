@@ -19,7 +19,7 @@ import type { ListenerTls, UpstreamTls } from '../config.js';
 import { TopologyError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { startProxy, type ProxyServer } from '../server.js';
-import type { ProxyContext } from '../session/session.js';
+import type { ProxyContext } from '../session/context.js';
 import type { Stats } from '../stats.js';
 import { UpstreamConnector, type UpstreamLocator } from '../upstream/connect.js';
 import type { UpstreamTarget } from '../upstream/target.js';

@@ -17,7 +17,7 @@ import type { Logger } from '../log.js';
 import { describeKey } from '../key-text.js';
 import { encodeCommand } from '../resp/encode.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
-import type { Rule, RuleSet } from '../rules/types.js';
+import { effectiveMode, type Rule, type RuleMode, type RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
 import { BlockMatcher, BlockStep } from './block-matcher.js';
 import { BLOCK_FRAMES, framesTaken } from './block-replies.js';
@@ -59,7 +59,7 @@ export interface BlockRedirects {
 
 export interface BlockSettings {
   /** 'observe': every rule only observes. */
-  readonly mode: 'enforce' | 'observe';
+  readonly mode: RuleMode;
   readonly holdMs: number;
   readonly lockPipelining: boolean;
   readonly stats: Stats;
@@ -176,7 +176,7 @@ export class LockBlocks {
     const call = this.matcher.call();
     const stats = this.settings.stats;
     stats.blockSeen(rule.name);
-    if (rule.mode === 'observe' || this.settings.mode === 'observe') {
+    if (effectiveMode(rule, this.settings.mode) === 'observe') {
       stats.blockObserved(rule.name);
       this.port.log.info({ rule: rule.name, key: describeKey(call.key) }, 'observe: lock block would be rewritten');
       this.release('observe');

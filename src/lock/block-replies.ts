@@ -9,11 +9,11 @@ import { BlockStep } from './block-matcher.js';
 export const BLOCK_FRAMES = 4;
 
 /** Redis's reply to MULTI. */
-export const MULTI_OK = Buffer.from('+OK\r\n');
+const MULTI_OK = Buffer.from('+OK\r\n');
 /** The replies to MULTI and to the two queued commands, then the EXEC array of two. */
 export const REPLIES_HEAD = Buffer.from('+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n');
 /** EXEC after a queued command was refused (networking.c: "flagTransaction"). */
-export const EXECABORT = Buffer.from('-EXECABORT Transaction discarded because of previous errors.\r\n');
+const EXECABORT = Buffer.from('-EXECABORT Transaction discarded because of previous errors.\r\n');
 
 /** How many of the block's frames a matcher at `step` has taken, the MULTI included. */
 export function framesTaken(step: BlockStep): number {

@@ -14,7 +14,7 @@ const EX = Buffer.from('ex');
 const PX = Buffer.from('px');
 
 /** Whether the frame whose head the scanner holds is `SET key value NX EX|PX n`. */
-export function isFixedShapeAttempt(scanner: RequestScanner): boolean {
+function isFixedShapeAttempt(scanner: RequestScanner): boolean {
   return (
     scanner.cmd === Cmd.Set &&
     scanner.argc === 6 &&

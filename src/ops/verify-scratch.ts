@@ -81,9 +81,9 @@ export function isFixedKey(layout: KeyLayout | undefined): boolean {
  * A key this rule (and no earlier rule) matches. For a rule with a key layout: the layout with
  * random values far from real ones (see scratchValue). Otherwise the prefix plus filler that says
  * what it is ("rlp-verify" cut to fit) and a random part, or failing that, filler of other kinds
- * and lengths. Exported for tests.
+ * and lengths.
  */
-export function scratchKeyFor(rules: RuleSet, rule: Rule): Buffer | undefined {
+function scratchKeyFor(rules: RuleSet, rule: Rule): Buffer | undefined {
   const layout = rule.key;
   if (layout !== undefined) {
     for (let round = 0; round < KEY_ROUNDS; round++) {

@@ -48,7 +48,6 @@ import { formatRange, formatVersion, parseReleaseRange, rangeContains, type Rele
 import { describeValue, isMapping, parseRule, RuleContext } from './rule-parser.js';
 import type { Rule, RuleSet } from './types.js';
 
-export { RuleFileError };
 
 const TOP_LEVEL_FIELDS = ['rules', 'releases'];
 const RULE_FILE_NAME = /^[^.].*\.ya?ml$/;

@@ -17,9 +17,9 @@ import { compareVersions, formatVersion, parseVersion, type Version } from './re
 export const STALWART_RULES_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'rules', 'stalwart');
 
 /** The first Stalwart release that takes a lock with INCRBY + EXPIRE (the purge-account lock). */
-export const FIRST_AFFECTED: Version = [0, 8, 1];
+const FIRST_AFFECTED: Version = [0, 8, 1];
 /** The first Stalwart release that takes its locks with SET NX EX instead. */
-export const FIXED_IN: Version = [0, 16, 16];
+const FIXED_IN: Version = [0, 16, 16];
 
 /** What `--stalwart VERSION` means: the release to load the rules of, or why there is none. */
 export type StalwartRelease =

@@ -9,7 +9,7 @@ import type { Logger } from '../log.js';
 import type { Stats } from '../stats.js';
 import { loadRules, type ReleaseFilter } from './loader.js';
 import { compareVersions, formatRange } from './releases.js';
-import type { RuleSet } from './types.js';
+import { effectiveMode, type RuleMode, type RuleSet } from './types.js';
 
 /** Several editors write a file in more than one step: wait for the writes to settle. */
 const WATCH_SETTLE_MS = 100;
@@ -80,11 +80,11 @@ export class RuleStore {
 }
 
 /** What a log line says of the rules in force: files, the releases they are for, and each rule. */
-export function describeRules(rules: RuleSet, globalMode: 'enforce' | 'observe' = 'enforce'): Record<string, unknown> {
+export function describeRules(rules: RuleSet, globalMode: RuleMode = 'enforce'): Record<string, unknown> {
   return {
     ruleFiles: rules.files,
     releases: releasesText(rules),
-    rules: rules.rules.map((r) => `${r.name} (${globalMode === 'observe' ? 'observe' : r.mode})`),
+    rules: rules.rules.map((r) => `${r.name} (${effectiveMode(r, globalMode)})`),
   };
 }
 

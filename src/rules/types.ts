@@ -8,6 +8,11 @@ import type { ReleaseRange } from './releases.js';
 
 export type RuleMode = 'enforce' | 'observe';
 
+/** What a rule does under the proxy's --mode: `observe` there makes every rule observe. */
+export function effectiveMode(rule: Rule, globalMode: RuleMode): RuleMode {
+  return globalMode === 'observe' ? 'observe' : rule.mode;
+}
+
 /** The only action today: apply the expiry only when the increment created the key (or it has none). */
 export type RuleAction = 'expire-on-create';
 

@@ -4,7 +4,7 @@
  */
 import type { ClusterReplies } from '../cluster/node-replies.js';
 import type { Logger } from '../log.js';
-import type { RuleSet } from '../rules/types.js';
+import type { RuleMode, RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
 import type { UpstreamConnector } from '../upstream/connect.js';
 
@@ -13,7 +13,7 @@ export interface ProxyContext {
   /** The rules in force; read for every new block, so a reload applies to open connections. */
   rules(): RuleSet;
   /** 'observe' makes every rule observe-only. */
-  readonly mode: 'enforce' | 'observe';
+  readonly mode: RuleMode;
   /** How long a held MULTI waits for the rest of its block after the client's last byte. */
   readonly holdMs: number;
   readonly connectTimeoutMs: number;

@@ -27,8 +27,6 @@ import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
 import { FrameMeaning, TransactionState } from './transaction-state.js';
 import { WriteBatch } from './write-batch.js';
 
-export type { ProxyContext };
-
 let nextSessionId = 1;
 
 export class Session implements LockBlockPort, ReplyStreamPort {

@@ -14,8 +14,6 @@
 import { ConfigError } from '../errors.js';
 import { encodeCommand } from '../resp/encode.js';
 
-export { ConfigError };
-
 export interface UpstreamTarget {
   /** The URL with its password masked, for logs and error replies. */
   readonly display: string;
