@@ -8,11 +8,11 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { LockBlocks, type LockBlockPort } from '../src/lock/block-flow.js';
 import { LOCK_SCRIPT_SHA } from '../src/lock/script.js';
 import type { Logger } from '../src/log.js';
-import { HEAD, RequestScanner } from '../src/resp/request-scanner.js';
 import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
 import { Stats } from '../src/stats.js';
 import { cmd } from './support/resp.js';
 import { lockAttempt } from './support/stalwart.js';
+import { frameHeads } from './support/scan.js';
 
 const RULES = createRuleSet(
   parseRuleFile('rules:\n  - name: locks\n    prefix: "lock:"\n  - name: watch\n    prefix: "watch:"\n    mode: observe\n', 'x.yaml').rules,
@@ -71,13 +71,8 @@ function setup(options: { mode?: 'enforce' | 'observe'; lockPipelining?: boolean
   );
   /** Feeds a whole block, as the session would: MULTI starts holding, each head is offered. Returns whether the client waits. */
   const offer = (bytes: Buffer): boolean | 'released' => {
-    const scanner = new RequestScanner();
-    scanner.newChunk();
-    let pos = 0;
     let from = 0;
-    while (pos < bytes.length) {
-      pos = scanner.next(bytes, pos);
-      if (!(scanner.event & HEAD)) continue;
+    for (const { scanner, pos } of frameHeads(bytes)) {
       if (!blocks.holding) {
         expect(LockBlocks.isStart(scanner)).toBe(true);
         blocks.start([]);

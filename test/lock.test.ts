@@ -7,31 +7,27 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BlockMatcher, BlockStep } from '../src/lock/block-matcher.js';
 import { isRedisInteger, isRewritableExpiry } from '../src/lock/integers.js';
 import { encodeLockCall, LOCK_SCRIPT_SHA, translateScriptReply } from '../src/lock/script.js';
-import { HEAD, RequestScanner } from '../src/resp/request-scanner.js';
+import { RequestScanner } from '../src/resp/request-scanner.js';
 import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
 import { startRedis, type RedisServer } from './support/redis.js';
 import { cmd, RawClient } from './support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from './support/stalwart.js';
+import { frameHeads } from './support/scan.js';
 
 const rules = createRuleSet(parseRuleFile('rules:\n  - name: locks\n    prefix: "lock:"\n', 'test.yaml').rules, ['test.yaml']);
 
 /** Feeds a whole byte stream and returns the matcher's answer for each frame after the first (MULTI). */
-function match(bytes: Buffer): { accepted: boolean[]; step: BlockStep; matcher: BlockMatcher } {
-  const scanner = new RequestScanner();
+function match(bytes: Buffer, ruleSet = rules): { accepted: boolean[]; step: BlockStep; matcher: BlockMatcher } {
   const matcher = new BlockMatcher();
   const accepted: boolean[] = [];
   let first = true;
-  scanner.newChunk();
-  let pos = 0;
-  while (pos < bytes.length) {
-    pos = scanner.next(bytes, pos);
-    if (!(scanner.event & HEAD)) continue;
+  for (const { scanner } of frameHeads(bytes)) {
     if (first) {
       expect(BlockMatcher.isBlockStart(scanner)).toBe(true);
       matcher.reset();
       first = false;
     } else {
-      accepted.push(matcher.accept(scanner, rules));
+      accepted.push(matcher.accept(scanner, ruleSet));
     }
   }
   return { accepted, step: matcher.step, matcher };
@@ -43,13 +39,9 @@ describe('BlockMatcher.couldStillAccept', () => {
     const scanner = new RequestScanner();
     const matcher = new BlockMatcher();
     const bytes = Buffer.concat([cmd('MULTI'), ...before, Buffer.from(partial)]);
-    scanner.newChunk();
-    let pos = 0;
-    while (pos < bytes.length) {
-      pos = scanner.next(bytes, pos);
-      if (!(scanner.event & HEAD)) continue;
-      if (BlockMatcher.isBlockStart(scanner) && matcher.step === BlockStep.Increment && matcher.rule === undefined) matcher.reset();
-      else expect(matcher.accept(scanner, rules)).toBe(true);
+    for (const { scanner: head } of frameHeads(bytes, scanner)) {
+      if (BlockMatcher.isBlockStart(head) && matcher.step === BlockStep.Increment && matcher.rule === undefined) matcher.reset();
+      else expect(matcher.accept(head, rules)).toBe(true);
     }
     return matcher.couldStillAccept(scanner);
   }
@@ -159,18 +151,8 @@ describe('BlockMatcher', () => {
   it('accepts binary keys containing CR, LF and NUL', () => {
     const rulesStalwart = createRuleSet(parseRuleFile('rules:\n  - name: t\n    prefix_hex: "17"\n', 'x.yaml').rules, ['x.yaml']);
     const key = taskLockKey(0x0d0a000dn);
-    const scanner = new RequestScanner();
-    const matcher = new BlockMatcher();
-    const bytes = lockAttempt(key, 3600);
-    scanner.newChunk();
-    let pos = 0;
-    let frames = 0;
-    while (pos < bytes.length) {
-      pos = scanner.next(bytes, pos);
-      if (!(scanner.event & HEAD)) continue;
-      if (frames++ === 0) matcher.reset();
-      else expect(matcher.accept(scanner, rulesStalwart)).toBe(true);
-    }
+    const { accepted, matcher } = match(lockAttempt(key, 3600), rulesStalwart);
+    expect(accepted).toEqual([true, true, true]);
     expect(matcher.call().key.equals(key)).toBe(true);
   });
 });

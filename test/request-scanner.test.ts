@@ -22,6 +22,7 @@ import {
   RequestScanner,
 } from '../src/resp/request-scanner.js';
 import { cmd } from './support/resp.js';
+import { frameHeads } from './support/scan.js';
 
 // ---------------------------------------------------------------------------
 // Independent model
@@ -375,21 +376,16 @@ describe('RequestScanner examples', () => {
   });
 
   it('captures the key and option words of SET key value NX EX n, and of no other SET', () => {
-    const scanner = new RequestScanner();
     const bytes = Buffer.concat([cmd('SET', 'k', '1796000000', 'NX', 'EX', '3600'), cmd('SET', 'a', 'b')]);
-    scanner.newChunk();
     const heads: Array<[number, string, string, string]> = [];
-    for (let pos = 0; pos < bytes.length;) {
-      pos = scanner.next(bytes, pos);
-      if (scanner.event & HEAD) {
-        const text = (buf: Buffer, length: number) => buf.toString('latin1', 0, length);
-        heads.push([
-          scanner.argc,
-          text(scanner.key, scanner.keyLength),
-          text(scanner.arg3, scanner.arg3Length),
-          text(scanner.arg4, scanner.arg4Length),
-        ]);
-      }
+    const text = (buf: Buffer, length: number) => buf.toString('latin1', 0, length);
+    for (const { scanner } of frameHeads(bytes)) {
+      heads.push([
+        scanner.argc,
+        text(scanner.key, scanner.keyLength),
+        text(scanner.arg3, scanner.arg3Length),
+        text(scanner.arg4, scanner.arg4Length),
+      ]);
     }
     expect(heads).toEqual([
       [6, 'k', 'NX', 'EX'],

@@ -4,21 +4,14 @@
  * the same rules against a real server's replies).
  */
 import { describe, expect, it } from 'vitest';
-import { HEAD, RequestScanner } from '../src/resp/request-scanner.js';
 import { FrameMeaning, TransactionState } from '../src/session/transaction-state.js';
 import { cmd } from './support/resp.js';
+import { frameHeads } from './support/scan.js';
 
 /** Feeds `bytes` to a fresh scanner and the state, frame by frame; returns each frame's meaning. */
 function feed(tx: TransactionState, bytes: Buffer | string): FrameMeaning[] {
-  const scanner = new RequestScanner();
-  const buf = Buffer.from(bytes);
   const meanings: FrameMeaning[] = [];
-  scanner.newChunk();
-  let pos = 0;
-  while (pos < buf.length) {
-    pos = scanner.next(buf, pos);
-    if (scanner.event & HEAD) meanings.push(tx.frame(scanner));
-  }
+  for (const { scanner } of frameHeads(Buffer.from(bytes))) meanings.push(tx.frame(scanner));
   return meanings;
 }
 
