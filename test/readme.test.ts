@@ -20,13 +20,6 @@ const OTHER_FLAGS = new Set([
   'pipe',
   'name',
   'appendonly',
-  'quick',
-  'rounds',
-  'requests-p1',
-  'requests-p16',
-  'lock-seconds',
-  'without',
-  'baseline',
   // npm, useradd and systemctl in the systemd steps
   'prefix',
   'system',

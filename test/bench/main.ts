@@ -27,6 +27,7 @@ import process from 'node:process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { bypassing, startCluster, startClusterProxy, withRouting, type BenchCluster, type ClusterProxy, type Shard } from './cluster.js';
+import { BENCH_FLAGS } from './flags.js';
 import { runLatency } from './latency.js';
 import { runLockLoad, type LockLoadResult } from './lock-load.js';
 import { filesNeeded, idleConnections, readProcMemory, slowReader, type StreamOptions } from './memory.js';
@@ -186,17 +187,7 @@ function parseOptions(argv: string[]): Options {
   try {
     parsed = parseArgs({
       args: argv,
-      options: {
-        rounds: { type: 'string' },
-        quick: { type: 'boolean' },
-        json: { type: 'string' },
-        'requests-p1': { type: 'string' },
-        'requests-p16': { type: 'string' },
-        'lock-seconds': { type: 'string' },
-        without: { type: 'string' },
-        baseline: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
+      options: BENCH_FLAGS,
     }).values;
   } catch (error) {
     throw new BenchError(`${(error as Error).message}\n\n${USAGE}`);

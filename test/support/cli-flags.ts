@@ -1,5 +1,6 @@
-/** Every flag redis-lock-proxy takes: its settings, its command-line-only flags, and those of verify and locks. */
+/** Every flag of this package: the proxy's settings and command-line-only flags, verify's, locks', and the benchmark's. */
 import { LOCKS_FLAGS } from '../../src/ops/locks.js';
+import { BENCH_FLAGS } from '../bench/flags.js';
 import { VERIFY_FLAGS } from '../../src/ops/verify.js';
 import { COMMAND_LINE_ONLY_FLAGS, OPTIONS } from '../../src/settings.js';
 
@@ -8,4 +9,5 @@ export const PROGRAM_FLAGS: ReadonlySet<string> = new Set([
   ...Object.keys(COMMAND_LINE_ONLY_FLAGS),
   ...Object.keys(VERIFY_FLAGS),
   ...Object.keys(LOCKS_FLAGS),
+  ...Object.keys(BENCH_FLAGS),
 ]);
