@@ -14,10 +14,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { envName, OPTIONS } from '../src/settings.js';
 import { PROGRAM_FLAGS } from './support/cli-flags.js';
+import { ROOT } from './support/cli.js';
 import { startTestProxy, type TestProxy } from './support/proxy.js';
 import { startRedis, type RedisServer } from './support/redis.js';
 
-const ROOT = path.resolve(import.meta.dirname, '..');
 const EXAMPLES = path.join(ROOT, 'examples');
 const read = (file: string) => fs.readFileSync(path.join(EXAMPLES, file), 'utf8');
 const yamlOf = (file: string) => parseYaml(read(file)) as Record<string, unknown>;
@@ -124,8 +124,7 @@ describe('examples/', () => {
     });
 
     it('are all exported by a running proxy', async () => {
-      const address = proxy.app.adminAddress as { port: number };
-      const text = await (await fetch(`http://127.0.0.1:${address.port}/metrics`)).text();
+      const text = await proxy.metrics();
       const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]));
       for (const file of ['monitoring/alerts.yaml', 'monitoring/grafana-dashboard.json']) {
         const used = new Set([...read(file).matchAll(/redis_lock_proxy_[a-z_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, '')));

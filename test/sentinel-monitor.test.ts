@@ -8,7 +8,7 @@ import net from 'node:net';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SentinelMonitor, type MasterAddress, type SentinelOptions } from '../src/upstream/sentinel.js';
-import { freePort } from './support/redis.js';
+import { freePort } from './support/ports.js';
 import { query, startSentinelSetup, type SentinelSetup } from './support/sentinel.js';
 
 const HOST = '127.0.0.1';

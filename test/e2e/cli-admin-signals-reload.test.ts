@@ -9,9 +9,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { spawn } from 'node:child_process';
-import { Cli, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
-import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { Cli, cleanEnv, ensureBuilt, runCli } from '../support/cli.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt } from '../support/stalwart.js';
 
@@ -157,28 +157,21 @@ describe('signals', () => {
 
   it('started with npx, stops when npx is sent SIGTERM instead of staying behind with its ports', async () => {
     const port = await freePort();
-    const npx = spawn('npx', ['redis-lock-proxy', '--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off'], {
-      cwd: ROOT,
-      env: cleanEnv(),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    npx.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const npx = new Cli(
+      ['redis-lock-proxy', '--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off'],
+      cleanEnv(),
+      'npx',
+    );
     let proxyPid: number | undefined;
     try {
-      const deadline = Date.now() + 30_000;
-      while (!/"msg":"redis-lock-proxy listening"/.test(out) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-      const line = out.split('\n').find((l) => l.includes('"msg":"redis-lock-proxy listening"'));
-      expect(line, out).toBeDefined();
-      proxyPid = (JSON.parse(line as string) as { pid: number }).pid;
+      proxyPid = (await npx.waitForLog('redis-lock-proxy listening', 30_000)).pid as number;
       expect(proxyPid).not.toBe(npx.pid); // npx runs the proxy as a child of its own
       npx.kill('SIGTERM');
-      const gone = Date.now() + 10_000;
-      while (isRunning(proxyPid) && Date.now() < gone) await new Promise((r) => setTimeout(r, 100));
-      expect(isRunning(proxyPid)).toBe(false);
+      const running = proxyPid;
+      await expect.poll(() => isRunning(running), { timeout: 10_000, interval: 100 }).toBe(false);
       await expect(RawClient.connect(port)).rejects.toThrow(/ECONNREFUSED/);
     } finally {
-      npx.kill('SIGKILL');
+      await npx.stop();
       if (proxyPid !== undefined && isRunning(proxyPid)) process.kill(proxyPid, 'SIGKILL');
     }
   }, 60_000);

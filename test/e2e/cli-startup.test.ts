@@ -6,20 +6,20 @@
  * every startup failure. (Once it runs, its admin endpoints, signals and
  * reloads: cli-admin-signals-reload.test.ts.)
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Cli, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
-import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { Cli, cleanEnv, ensureBuilt, runCli, VERSION } from '../support/cli.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
+import { STALWART_RULES } from '../support/proxy.js';
 
-const VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-const SHIPPED = path.join(ROOT, 'rules', 'stalwart');
-const SHIPPED_FILES = ['0.11', '0.12.5', '0.12', '0.13', '0.15', '0.16', '0.8'].map((line) => path.join(SHIPPED, `${line}.yaml`));
-const STALWART_016 = path.join(SHIPPED, '0.16.yaml');
+const SHIPPED_FILES = ['0.11', '0.12.5', '0.12', '0.13', '0.15', '0.16', '0.8'].map((line) => path.join(STALWART_RULES, `${line}.yaml`));
+const STALWART_016 = path.join(STALWART_RULES, '0.16.yaml');
 
 let redis: RedisServer;
 let tmp: string;
@@ -170,7 +170,7 @@ describe('running', () => {
     );
     try {
       expect(await cli.waitForLog('redis-lock-proxy listening')).toMatchObject({
-        ruleFiles: [path.join(SHIPPED, '0.12.5.yaml')],
+        ruleFiles: [path.join(STALWART_RULES, '0.12.5.yaml')],
         releases: 'Stalwart 0.12.5',
         enforce: 13,
       });

@@ -18,9 +18,11 @@ import {
 } from '../support/cluster-checks.js';
 import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
 import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
-import { freePort, freePortRange, startRedis, type RedisServer } from '../support/redis.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { freePort, freePortRange } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
+import { runOp } from '../support/ops.js';
 import { describeKey } from '../../src/key-text.js';
 import { run as locks } from '../../src/ops/locks.js';
 
@@ -286,12 +288,7 @@ describe('cluster mode: lock keys on every master', () => {
     return placed;
   }
 
-  async function runLocks(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-    let stdout = '';
-    let stderr = '';
-    const code = await locks(args, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), env: {} });
-    return { code, stdout, stderr };
-  }
+  const runLocks = (args: string[]) => runOp(locks, args);
 
   it('locks, given one node, reads every master, and deletes each key on the master that holds it', async () => {
     const placed = await lockOnEveryMaster(20_000);

@@ -10,11 +10,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Cli, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
-import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { Cli, cleanEnv, ensureBuilt, ROOT, runCli, VERSION } from '../support/cli.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 
 const run = promisify(execFile);
-const VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 const UNIT = path.join(ROOT, 'examples/systemd/redis-lock-proxy.service');
 
 let tmp: string;

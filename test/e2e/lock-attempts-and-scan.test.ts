@@ -7,37 +7,13 @@
  * - the abandoned-lock scan exports, per rule, the lock keys, the abandoned-looking ones and
  *   those without an expiry, with its work bounded per run.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
-import { startRedis, type RedisServer } from '../support/redis.js';
+import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
-let redis: RedisServer;
-let admin: RawClient;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  admin = await RawClient.connect(redis.port);
-});
-
-afterAll(async () => {
-  await admin?.close();
-  await redis?.stop();
-});
-
-beforeEach(async () => {
-  expect(await admin.call('FLUSHALL')).toBe('+OK\r\n');
-});
-
-/** /metrics of a test proxy started with `admin: true`, as text. */
-async function metricsOf(proxy: TestProxy): Promise<string> {
-  const address = proxy.app.adminAddress;
-  if (address === null) throw new Error('the proxy has no admin server');
-  const response = await fetch(`http://127.0.0.1:${address.port}/metrics`);
-  return response.text();
-}
+const env = redisWithAdmin();
 
 /** The value of one series in a metrics text, or undefined. */
 function sample(text: string, series: string): number | undefined {
@@ -45,18 +21,10 @@ function sample(text: string, series: string): number | undefined {
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
-async function until(what: string, check: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
-
 describe('lock attempts by shape', () => {
   let proxy: TestProxy;
   beforeAll(async () => {
-    proxy = await startTestProxy({ upstream: redis.url, admin: true, flags: ['--lock-attempt-report-ms', '400'] });
+    proxy = await startTestProxy({ upstream: env.redis.url, admin: true, flags: ['--lock-attempt-report-ms', '400'] });
   });
   afterAll(async () => {
     await proxy?.close();
@@ -74,7 +42,7 @@ describe('lock attempts by shape', () => {
     expect(await exchange(proxy.port, cmd('SET', taskLockKey(5n), deadline, 'XX', 'EX', '60'), 1)).toBe('$-1\r\n');
     expect(await exchange(proxy.port, cmd('SET', taskLockKey(6n), deadline), 1)).toBe('+OK\r\n');
 
-    const text = await metricsOf(proxy);
+    const text = await proxy.metrics();
     expect(sample(text, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}')).toBe(1);
     expect(sample(text, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="set-nx"}')).toBe(2);
     expect(sample(text, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-queue-lock",shape="set-nx"}')).toBe(1);
@@ -85,19 +53,23 @@ describe('lock attempts by shape', () => {
     const report = (msg: RegExp) => proxy.logs().filter((l) => typeof l.msg === 'string' && msg.test(l.msg));
     const seenBefore = report(/^old-shape lock attempts/).length;
     expect(await exchange(proxy.port, lockAttempt(taskLockKey(7n), 60), 4)).toBe(attemptReplies(1, 1));
-    await until('an old-shape report', async () => report(/^old-shape lock attempts/).length > seenBefore);
+    await expect
+      .poll(() => report(/^old-shape lock attempts/).length > seenBefore, { message: 'an old-shape report', timeout: 5000 })
+      .toBe(true);
     // The period may also hold the previous test's attempts.
     const seen = report(/^old-shape lock attempts/).at(-1) as { oldShape: number; rules: Record<string, { oldShape: number }> };
     expect(seen.oldShape).toBeGreaterThanOrEqual(1);
     expect(seen.rules['stalwart-task-lock'].oldShape).toBeGreaterThanOrEqual(1);
-    await until('a report of no old-shape attempt', async () => report(/^no old-shape lock attempt/).length > 0, 3000);
+    await expect
+      .poll(() => report(/^no old-shape lock attempt/).length > 0, { message: 'a report of no old-shape attempt', timeout: 3000 })
+      .toBe(true);
     expect(report(/^no old-shape lock attempt/).at(-1)).toMatchObject({ oldShape: 0, periodMs: 400 });
   });
 });
 
 describe('the abandoned-lock scan', () => {
   it('exports per rule the lock keys, the abandoned-looking ones and those without expiry', async () => {
-    const proxy = await startTestProxy({ upstream: redis.url, admin: true, flags: ['--lock-scan-interval-ms', '200'] });
+    const proxy = await startTestProxy({ upstream: env.redis.url, admin: true, flags: ['--lock-scan-interval-ms', '200'] });
     try {
       const client = await RawClient.connect(proxy.port);
       for (const [key, attempts] of [
@@ -110,13 +82,18 @@ describe('the abandoned-lock scan', () => {
           await client.readReplies(4);
         }
       }
-      expect(await admin.call('PERSIST', queueLockKey(3n, 'local'))).toBe(':1\r\n');
-      await admin.call('SET', 'unrelated', '1');
+      expect(await env.admin.call('PERSIST', queueLockKey(3n, 'local'))).toBe(':1\r\n');
+      await env.admin.call('SET', 'unrelated', '1');
       await client.close();
 
       const scansBefore = proxy.app.lockScan?.latest.scans ?? 0;
-      await until('a lock scan after the keys were written', async () => (proxy.app.lockScan?.latest.scans ?? 0) > scansBefore + 1);
-      const text = await metricsOf(proxy);
+      await expect
+        .poll(() => (proxy.app.lockScan?.latest.scans ?? 0) > scansBefore + 1, {
+          message: 'a lock scan after the keys were written',
+          timeout: 5000,
+        })
+        .toBe(true);
+      const text = await proxy.metrics();
       expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-task-lock"}')).toBe(2);
       expect(sample(text, 'redis_lock_proxy_lock_keys_abandoned{rule="stalwart-task-lock"}')).toBe(1);
       expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-queue-lock"}')).toBe(1);
@@ -125,7 +102,7 @@ describe('the abandoned-lock scan', () => {
       expect(sample(text, 'redis_lock_proxy_lock_scan_truncated')).toBe(0);
       expect(sample(text, 'redis_lock_proxy_lock_scans_total{result="failed"}')).toBe(0);
       expect(sample(text, 'redis_lock_proxy_lock_scan_last_success_timestamp_seconds')).toBeGreaterThan(Date.now() / 1000 - 60);
-      const stats = await admin.call('INFO', 'commandstats');
+      const stats = await env.admin.call('INFO', 'commandstats');
       expect(stats).toContain('cmdstat_scan:');
       expect(stats).not.toContain('cmdstat_keys:');
     } finally {
@@ -135,21 +112,26 @@ describe('the abandoned-lock scan', () => {
 
   it('reads at most --lock-scan-max-keys keys per scan, and says so', async () => {
     const proxy = await startTestProxy({
-      upstream: redis.url,
+      upstream: env.redis.url,
       admin: true,
       flags: ['--lock-scan-interval-ms', '200', '--lock-scan-max-keys', '3'],
     });
     try {
       // Exactly as many as the bound: all read, nothing left out.
-      for (let id = 1n; id <= 3n; id++) await admin.call('SET', taskLockKey(id), '1', 'EX', '60');
+      for (let id = 1n; id <= 3n; id++) await env.admin.call('SET', taskLockKey(id), '1', 'EX', '60');
       const scansBefore = proxy.app.lockScan?.latest.scans ?? 0;
-      await until('a scan after the keys were written', async () => (proxy.app.lockScan?.latest.scans ?? 0) > scansBefore + 1);
+      await expect
+        .poll(() => (proxy.app.lockScan?.latest.scans ?? 0) > scansBefore + 1, {
+          message: 'a scan after the keys were written',
+          timeout: 5000,
+        })
+        .toBe(true);
       expect(proxy.app.lockScan?.latest.truncated).toBe(false);
       expect(proxy.app.lockScan?.latest.byRule.get('stalwart-task-lock')?.keys).toBe(3);
 
-      for (let id = 4n; id <= 10n; id++) await admin.call('SET', taskLockKey(id), '1', 'EX', '60');
-      await until('a truncated scan', async () => proxy.app.lockScan?.latest.truncated === true);
-      const text = await metricsOf(proxy);
+      for (let id = 4n; id <= 10n; id++) await env.admin.call('SET', taskLockKey(id), '1', 'EX', '60');
+      await expect.poll(() => proxy.app.lockScan?.latest.truncated === true, { message: 'a truncated scan', timeout: 5000 }).toBe(true);
+      const text = await proxy.metrics();
       expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-task-lock"}')).toBe(3);
       expect(sample(text, 'redis_lock_proxy_lock_scan_truncated')).toBe(1);
     } finally {
@@ -165,10 +147,10 @@ describe('the abandoned-lock scan', () => {
       connectTimeoutMs: 300,
     });
     try {
-      await until('a failed scan', async () => (proxy.app.lockScan?.latest.failures ?? 0) > 0);
-      expect(sample(await metricsOf(proxy), 'redis_lock_proxy_lock_scans_total{result="failed"}')).toBeGreaterThan(0);
+      await expect.poll(() => (proxy.app.lockScan?.latest.failures ?? 0) > 0, { message: 'a failed scan', timeout: 5000 }).toBe(true);
+      expect(sample(await proxy.metrics(), 'redis_lock_proxy_lock_scans_total{result="failed"}')).toBeGreaterThan(0);
       expect(proxy.logs().find((l) => l.msg === 'lock scan failed')).toMatchObject({ err: expect.stringMatching(/ECONNREFUSED/) });
-      expect(sample(await metricsOf(proxy), 'redis_lock_proxy_ready')).toBe(0);
+      expect(sample(await proxy.metrics(), 'redis_lock_proxy_ready')).toBe(0);
     } finally {
       await proxy.close();
     }

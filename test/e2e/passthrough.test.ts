@@ -14,7 +14,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
-import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 

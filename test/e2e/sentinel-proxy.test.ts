@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Cli, cleanEnv, ensureBuilt } from '../support/cli.js';
-import { freePort } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { query, startSentinelSetup, type SentinelSetup } from '../support/sentinel.js';
 import { startTestProxy } from '../support/proxy.js';

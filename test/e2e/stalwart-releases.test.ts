@@ -40,6 +40,36 @@ async function attempt(client: RawClient, key: Buffer, seconds: number, delta: b
   return (await client.readReplies(4)).toString('latin1');
 }
 
+/**
+ * The owner takes `key` for `leaseSeconds` and dies; a contender retries every `retryMs`. When,
+ * if within `observeMs`, does it get the lock; and otherwise what PTTL is left.
+ */
+async function ownerDies(
+  port: number,
+  db: number,
+  key: Buffer,
+  leaseSeconds: number,
+  retryMs: number,
+  observeMs: number,
+): Promise<{ takenAfterMs?: number; pttl: number }> {
+  const owner = await connect(port, db);
+  expect(await attempt(owner, key, leaseSeconds), describeKey(key)).toBe(attemptReplies(1, 1));
+  const takenAt = Date.now();
+  owner.destroy();
+  const contender = await connect(port, db);
+  try {
+    while (Date.now() - takenAt < observeMs) {
+      await new Promise((resolve) => setTimeout(resolve, retryMs));
+      if (counterOf(Buffer.from(await attempt(contender, key, leaseSeconds), 'latin1')) === 1) {
+        return { takenAfterMs: Date.now() - takenAt, pttl: 0 };
+      }
+    }
+    return { pttl: await contender.pttl(key) };
+  } finally {
+    await contender.close();
+  }
+}
+
 describe.each(RELEASE_LINES)('Stalwart $first - $last: its lock kinds', (line) => {
   const own = LOCKS.filter((entry) => entry.line === `${line.first} - ${line.last}`);
 
@@ -71,23 +101,7 @@ describe('every lock kind of every line, owner gone', () => {
 
   it('is free at its deadline through the proxy: a contender takes it within 0.5 s after', async () => {
     const takenAfter = await Promise.all(
-      LOCKS.map(async ({ key }, i) => {
-        const db = 9 + (i % 6);
-        const owner = await connect(env.proxy.port, db);
-        expect(counterOf(Buffer.from(await attempt(owner, key, LEASE_SECONDS), 'latin1'))).toBe(1);
-        const takenAt = Date.now();
-        owner.destroy();
-        const contender = await connect(env.proxy.port, db);
-        try {
-          while (Date.now() - takenAt < 3000) {
-            await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
-            if (counterOf(Buffer.from(await attempt(contender, key, LEASE_SECONDS), 'latin1')) === 1) return Date.now() - takenAt;
-          }
-          return undefined;
-        } finally {
-          await contender.close();
-        }
-      }),
+      LOCKS.map(async ({ key }, i) => (await ownerDies(env.proxy.port, 9 + (i % 6), key, LEASE_SECONDS, RETRY_MS, 3000)).takenAfterMs),
     );
     for (const [i, after] of takenAfter.entries()) {
       const { line, kind } = LOCKS[i];
@@ -142,23 +156,7 @@ describe('the migration lock of 0.12-0.15, scaled down about a hundred times', (
   ];
 
   /** The holder takes the lock and dies; one waiter retries; when (if ever) does it get the lock? */
-  async function play(port: number, db: number, key: Buffer, leaseMs: number): Promise<{ takenAfterMs?: number; pttl: number }> {
-    const holder = await connect(port, db);
-    expect(await attempt(holder, key, leaseMs / 1000)).toBe(attemptReplies(1, 1));
-    const takenAt = Date.now();
-    holder.destroy();
-    const waiter = await connect(port, db);
-    try {
-      while (Date.now() - takenAt < 2 * leaseMs) {
-        await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
-        if (counterOf(Buffer.from(await attempt(waiter, key, leaseMs / 1000), 'latin1')) === 1)
-          return { takenAfterMs: Date.now() - takenAt, pttl: 0 };
-      }
-      return { pttl: await waiter.pttl(key) };
-    } finally {
-      await waiter.close();
-    }
-  }
+  const play = (port: number, db: number, key: Buffer, leaseMs: number) => ownerDies(port, db, key, leaseMs / 1000, RETRY_MS, 2 * leaseMs);
 
   it.each(SCENARIOS)(
     '$lock lock: the waiter takes it after the expiry through the proxy, never directly',

@@ -12,10 +12,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run as locks } from '../../src/ops/locks.js';
 import { startTestProxy, TEST_RULES } from '../support/proxy.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
-import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt } from '../support/stalwart.js';
 import { makeCertificates, redisTlsArgs, type TestCertificates } from '../support/tls.js';
+import { runOp } from '../support/ops.js';
 
 /** Each test starts the proxy it needs, in front of this Redis. */
 const env = redisWithAdmin();
@@ -131,16 +133,8 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('TLS', () => {
     } finally {
       await proxy.close();
     }
-    const run = async (args: string[], variables: NodeJS.ProcessEnv = {}) => {
-      let stdout = '';
-      let stderr = '';
-      const code = await locks(['--upstream', `rediss://127.0.0.1:${mtlsPort}`, '--json', ...args], {
-        stdout: (t) => (stdout += t),
-        stderr: (t) => (stderr += t),
-        env: variables,
-      });
-      return { code, stdout, stderr };
-    };
+    const run = (args: string[], variables: NodeJS.ProcessEnv = {}) =>
+      runOp(locks, ['--upstream', `rediss://127.0.0.1:${mtlsPort}`, '--json', ...args], variables);
     const tlsFlags = ['--upstream-ca', certs.caCert, '--upstream-cert', certs.clientCert, '--upstream-key', certs.clientKey];
     const listed = await run([...tlsFlags, '--upstream-servername', 'localhost']);
     expect(listed.stderr).toBe('');

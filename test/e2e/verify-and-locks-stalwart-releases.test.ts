@@ -7,14 +7,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { escapeKey } from '../../src/key-text.js';
-import type { Io } from '../../src/ops/command.js';
 import { run as locks } from '../../src/ops/locks.js';
 import { run as verify } from '../../src/ops/verify.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
-import { freePort } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 import { attemptCounter } from '../support/stalwart.js';
 import { RELEASE_LINES } from '../support/stalwart-releases.js';
+import { runOp } from '../support/ops.js';
 
 const env = redisAndProxy();
 /** The proxy with Stalwart 0.16's rules only. */
@@ -27,16 +27,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await proxy016?.close();
 });
-
-async function runOp(
-  op: (argv: string[], io: Io) => Promise<number>,
-  argv: string[],
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = '';
-  let stderr = '';
-  const code = await op(argv, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), env: {} });
-  return { code, stdout, stderr };
-}
 
 async function dbsize(): Promise<number> {
   return Number(/^:(\d+)/.exec(await env.admin.call('DBSIZE'))?.[1]);

@@ -18,7 +18,6 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { describeKey, escapeKey, unescapeKey } from '../../src/key-text.js';
-import type { Io } from '../../src/ops/command.js';
 import { run as locks } from '../../src/ops/locks.js';
 import { upstreamRedisOptions } from '../../src/upstream/redis-client.js';
 import { describeLockKey, globPatternFor, scanLocks } from '../../src/ops/locks-list.js';
@@ -26,11 +25,13 @@ import { deleteUnchanged } from '../../src/ops/locks-release.js';
 import { run as verify } from '../../src/ops/verify.js';
 import { loadRules } from '../../src/rules/loader.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
-import { releasesText } from '../../src/rules/store.js';
 import { STALWART_RULES, startTestProxy, TEST_RULES, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
-import { freePort, startRedis, type RedisServer } from '../support/redis.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { freePort } from '../support/ports.js';
 import { attemptCounter, queueLockKey, taskLockKey } from '../support/stalwart.js';
+import { runOp } from '../support/ops.js';
+import { RELEASE_LINES } from '../support/stalwart-releases.js';
 
 const env = redisAndProxy();
 let tmp: string;
@@ -48,26 +49,6 @@ afterAll(() => {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-interface OpResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-type Op = (argv: string[], io: Io) => Promise<number>;
-
-/** Runs a subcommand as the CLI dispatcher would, with `environment` as the whole environment. */
-async function runOp(op: Op, argv: string[], environment: NodeJS.ProcessEnv = {}): Promise<OpResult> {
-  let stdout = '';
-  let stderr = '';
-  const code = await op(argv, {
-    stdout: (text) => (stdout += text),
-    stderr: (text) => (stderr += text),
-    env: environment,
-  });
-  return { code, stdout, stderr };
-}
 
 function writeRules(name: string, text: string): string {
   const file = path.join(tmp, name);
@@ -112,12 +93,21 @@ describe('verify', () => {
     const result = await runOp(verify, ['--via', `127.0.0.1:${env.proxy.port}`]);
     expect(result.stderr).toBe('');
     expect(result.code).toBe(0);
-    const shipped = loadRules([STALWART_RULES]).rules.map((rule) => rule.name);
-    const verified = shipped.filter((name) => name !== 'stalwart-migration-core-lock');
-    expect(result.stdout).toBe(
-      `verify: OK: ${verified.length} rule(s) enforce the fix through 127.0.0.1:${env.proxy.port} for ${releasesText(loadRules([STALWART_RULES]))} ` +
-        `(${verified.join(', ')}); fixed key, not touched: stalwart-migration-core-lock\n`,
+    // From the independent tables of every release line, not from the rule loader.
+    const verified = [...new Set(RELEASE_LINES.flatMap((line) => line.locks.map((kind) => kind.rule)))].filter(
+      (name) => name !== 'stalwart-migration-core-lock',
     );
+    const releases = RELEASE_LINES.map((line) =>
+      line.first === line.last ? `Stalwart ${line.first}` : `Stalwart ${line.first} - ${line.last}`,
+    );
+    const ok =
+      /^verify: OK: (\d+) rule\(s\) enforce the fix through (\S+) for (.+) \((.+)\); fixed key, not touched: stalwart-migration-core-lock\n$/.exec(
+        result.stdout,
+      );
+    expect(ok, result.stdout).not.toBeNull();
+    const [, count, via, releasesShown, rulesShown] = ok as RegExpExecArray;
+    expect([Number(count), via, releasesShown]).toEqual([verified.length, `127.0.0.1:${env.proxy.port}`, releases.join(', ')]);
+    expect(rulesShown.split(', ').sort()).toEqual(verified.sort());
     expect(await adminInt('DBSIZE')).toBe(before);
   });
 

@@ -3,12 +3,14 @@
  * reads its JSON log lines.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
 export const CLI = path.join(ROOT, 'dist', 'cli.js');
+/** The package's version, as --version and the start-up line give it. */
+export const VERSION = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
 
 /** `npm test` builds dist/ first; a bare `vitest run` may not have. */
 export async function ensureBuilt(): Promise<void> {

@@ -13,7 +13,7 @@ import type { ClusterManager } from '../../src/cluster/manager.js';
 import { resolveConfig, type Config, type ListenerTls, type UpstreamTls } from '../../src/config.js';
 import type { RuleStore } from '../../src/rules/store.js';
 import type { Stats } from '../../src/stats.js';
-import { freePortRange } from './redis.js';
+import { freePortRange } from './ports.js';
 
 /** The shipped rules: every affected Stalwart release line. */
 export const STALWART_RULES = path.resolve(import.meta.dirname, '../../rules/stalwart');
@@ -36,6 +36,8 @@ export interface TestProxy {
   readonly ruleFiles: readonly string[];
   /** Parsed log lines written so far. */
   logs(): Array<Record<string, unknown>>;
+  /** /metrics as text (the proxy was started with `admin: true`). */
+  metrics(): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -102,6 +104,11 @@ async function start(opts: TestProxyOptions, extra: string[]): Promise<TestProxy
     rules: app.rules,
     ruleFiles: files,
     logs: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>),
+    metrics: async () => {
+      const address = app.adminAddress;
+      if (address === null) throw new Error('the proxy has no admin server: start it with admin: true');
+      return (await fetch(`http://127.0.0.1:${address.port}/metrics`)).text();
+    },
     close: async () => {
       await app.close();
       fs.rmSync(dir, { recursive: true, force: true });

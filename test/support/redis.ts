@@ -11,9 +11,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { StartedTestContainer } from 'testcontainers';
 import { answersPing, HOST, READY_TIMEOUT_MS, startServerProcess } from './server-process.js';
 
-// Tests have always imported these from here.
-export { freePort, freePortRange, isPortFree } from './ports.js';
-
 export interface RedisServer {
   host: string;
   port: number;
