@@ -4,14 +4,14 @@
  * the tests both start the proxy here, so what the tests run is what operators run.
  */
 import { readFileSync } from 'node:fs';
-import { formatAddress } from './address.js';
+import { formatAddress, type Address } from './address.js';
 import { createMetricsRegistry } from './admin/metrics.js';
 import { startAttemptReport } from './admin/attempt-report.js';
 import { LockScanner } from './admin/lock-scan.js';
 import { startAdminServer, type AdminServer } from './admin/server.js';
 import { ClusterManager } from './cluster/manager.js';
 import type { NodeDirectory } from './cluster/rewrite.js';
-import type { Config, ListenAddress } from './config.js';
+import type { Config } from './config.js';
 import type { Logger } from './log.js';
 import { describeRules, RuleStore } from './rules/store.js';
 import { effectiveMode } from './rules/types.js';
@@ -27,9 +27,9 @@ const READY_CACHE_MS = 1000;
 
 export interface App {
   /** Where clients connect (the seed listener with --cluster), port 0 resolved. */
-  readonly address: ListenAddress;
+  readonly address: Address;
   /** The admin server's address, or null when it is off. */
-  readonly adminAddress: ListenAddress | null;
+  readonly adminAddress: Address | null;
   readonly rules: RuleStore;
   readonly stats: Stats;
   /** The abandoned-lock scan, when --lock-scan-interval-ms is set. */

@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import { stringify as toYaml } from 'yaml';
-import { formatAddress } from './address.js';
+import { formatAddress, parseAddress, type Address } from './address.js';
 import { ConfigError } from './errors.js';
 import type { ReleaseFilter } from './rules/loader.js';
 import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
@@ -26,11 +26,6 @@ import {
   type RawSettings,
 } from './settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from './upstream/target.js';
-
-export interface ListenAddress {
-  readonly host: string;
-  readonly port: number;
-}
 
 export interface UpstreamTls {
   readonly ca?: Buffer;
@@ -68,7 +63,7 @@ export interface ClusterConfig {
 }
 
 export interface Config {
-  readonly listen: ListenAddress;
+  readonly listen: Address;
   readonly upstream: UpstreamTarget;
   readonly rulePaths: readonly string[];
   /** --stalwart: load only the rule files for this release (and those that name no release). */
@@ -79,7 +74,7 @@ export interface Config {
   /** `observe` makes every rule observe-only; `enforce` leaves each rule's own mode. */
   readonly mode: RuleMode;
   /** Admin HTTP address, or null when disabled. */
-  readonly adminListen: ListenAddress | null;
+  readonly adminListen: Address | null;
   readonly watchRules: boolean;
   readonly shutdownTimeoutMs: number;
   readonly maxConnections: number;
@@ -106,16 +101,6 @@ export interface Config {
 export const DEFAULT_RULES_DIR = STALWART_RULES_DIR;
 
 export type CliRequest = { kind: 'run'; config: Config } | { kind: 'print-config'; text: string } | { kind: 'help' } | { kind: 'version' };
-
-export function parseListen(text: string, what = 'listen address'): ListenAddress {
-  const match = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(text) ?? /^()()(\d+)$/.exec(text);
-  const port = match ? Number(match[3]) : NaN;
-  if (!match || !(port >= 0 && port <= 65535)) {
-    throw new ConfigError(`${what} "${text}" is not HOST:PORT (for example 127.0.0.1:6380 or [::1]:6380)`);
-  }
-  const host = match[1] ?? match[2];
-  return { host: host === '' ? '127.0.0.1' : host, port };
-}
 
 /** Which rule files to load: --rules (default: the shipped ones), narrowed by --stalwart. */
 export interface RuleChoice {
@@ -165,7 +150,7 @@ function buildConfig(settings: RawSettings): Config {
   const upstreamTls = upstreamTlsFrom(settings, upstream);
   const listenerTls = listenerTlsFrom(settings);
   const sentinel = sentinelFrom(settings, upstream);
-  const listen = parseListen(text(settings, 'listen') ?? '');
+  const listen = parseAddress(text(settings, 'listen') ?? '');
   const cluster = clustered ? buildClusterConfig(settings, upstreams, listen, sentinel !== null) : null;
   if (!clustered) refuseClusterSettings(settings);
 
@@ -179,7 +164,7 @@ function buildConfig(settings: RawSettings): Config {
     connectTimeoutMs: integer(settings, 'connect-timeout-ms'),
     logLevel,
     mode,
-    adminListen: adminText === 'off' ? null : parseListen(adminText, 'admin-listen address'),
+    adminListen: adminText === 'off' ? null : parseAddress(adminText, 'admin-listen address'),
     watchRules: boolean(settings, 'watch-rules'),
     shutdownTimeoutMs: integer(settings, 'shutdown-timeout-ms'),
     maxConnections: integer(settings, 'max-connections'),
@@ -254,7 +239,7 @@ function sentinelFrom(settings: RawSettings, upstream: UpstreamTarget): Sentinel
   if ((sentinels === undefined) !== (masterName === undefined)) throw new ConfigError('sentinel and sentinel-master go together');
   if (sentinels === undefined || masterName === undefined) return null;
   const sentinel: SentinelConfig = {
-    sentinels: sentinels.map((address) => parseListen(address, 'sentinel address')),
+    sentinels: sentinels.map((address) => parseAddress(address, 'sentinel address')),
     masterName,
     username: text(settings, 'sentinel-username'),
     password: text(settings, 'sentinel-password'),
@@ -279,7 +264,7 @@ function deprecatedGiven(settings: RawSettings): string[] {
   );
 }
 
-function buildClusterConfig(settings: RawSettings, seeds: UpstreamTarget[], listen: ListenAddress, withSentinel: boolean): ClusterConfig {
+function buildClusterConfig(settings: RawSettings, seeds: UpstreamTarget[], listen: Address, withSentinel: boolean): ClusterConfig {
   if (withSentinel) throw new ConfigError('cluster and sentinel cannot be combined (a cluster finds its own masters)');
   for (const seed of seeds) {
     if (seed.path !== undefined)
@@ -307,7 +292,7 @@ function buildClusterConfig(settings: RawSettings, seeds: UpstreamTarget[], list
 }
 
 /** --cluster-port-map NODEHOST:NODEPORT=PORT entries, by node address as formatAddress writes it. */
-function clusterPortMap(settings: RawSettings, listen: ListenAddress): Map<string, number> {
+function clusterPortMap(settings: RawSettings, listen: Address): Map<string, number> {
   const portMap = new Map<string, number>();
   for (const entry of list(settings, 'cluster-port-map') ?? []) {
     const match = /^(.+:\d+)=(\d+)$/.exec(entry);
@@ -315,7 +300,7 @@ function clusterPortMap(settings: RawSettings, listen: ListenAddress): Map<strin
     if (!match || !(port >= 1 && port <= 65535)) {
       throw new ConfigError(`cluster-port-map entry "${entry}" is not NODEHOST:NODEPORT=PORT (for example 10.0.0.5:6379=7001)`);
     }
-    const node = parseListen(match[1], 'cluster-port-map node address');
+    const node = parseAddress(match[1], 'cluster-port-map node address');
     if ([...portMap.values()].includes(port) || port === listen.port)
       throw new ConfigError(`cluster-port-map: port ${port} is given twice (or is the --listen port)`);
     portMap.set(formatAddress(node.host, node.port), port);

@@ -6,12 +6,13 @@
  */
 import net from 'node:net';
 import tls from 'node:tls';
-import type { ListenAddress, ListenerTls } from './config.js';
+import type { Address } from './address.js';
+import type { ListenerTls } from './config.js';
 import type { ProxyContext } from './session/context.js';
 import { Session } from './session/session.js';
 
 export interface ProxyServerOptions {
-  readonly listen: ListenAddress;
+  readonly listen: Address;
   /** Serve clients over TLS. */
   readonly tls?: ListenerTls | null;
   /** Client connections at once; more are refused with Redis's own error. */
@@ -20,7 +21,7 @@ export interface ProxyServerOptions {
 
 export interface ProxyServer {
   /** The address actually bound (useful with port 0). */
-  readonly address: ListenAddress;
+  readonly address: Address;
   /** Open sessions. */
   readonly sessionCount: number;
   /** Closes every session whose upstream is `address` (a master that was failed over). Returns how many. */

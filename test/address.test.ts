@@ -1,11 +1,10 @@
 /**
  * The one address formatter: IPv6 literals in brackets, and every address it writes reads back
- * through parseListen as the same host and port.
+ * through parseAddress as the same host and port.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { formatAddress } from '../src/address.js';
-import { parseListen } from '../src/config.js';
+import { formatAddress, parseAddress } from '../src/address.js';
 
 describe('formatAddress', () => {
   it('writes host:port, an IPv6 literal in brackets', () => {
@@ -15,11 +14,11 @@ describe('formatAddress', () => {
     expect(formatAddress('fe80::1%eth0', 7000)).toBe('[fe80::1%eth0]:7000');
   });
 
-  it('writes what parseListen reads back', () => {
+  it('writes what parseAddress reads back', () => {
     const host = fc.oneof(fc.ipV4(), fc.ipV6(), fc.domain());
     fc.assert(
       fc.property(host, fc.integer({ min: 0, max: 65535 }), (h, port) => {
-        expect(parseListen(formatAddress(h, port))).toEqual({ host: h, port });
+        expect(parseAddress(formatAddress(h, port))).toEqual({ host: h, port });
       }),
     );
   });

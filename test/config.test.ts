@@ -3,7 +3,8 @@
  * addresses, upstream URLs, and the AUTH/SELECT the proxy sends upstream.
  */
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_RULES_DIR, parseListen, resolveConfig, type Config } from '../src/config.js';
+import { parseAddress } from '../src/address.js';
+import { DEFAULT_RULES_DIR, resolveConfig, type Config } from '../src/config.js';
 import { OPTIONS } from '../src/settings.js';
 import { ConfigError } from '../src/errors.js';
 import { parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
@@ -193,28 +194,28 @@ describe('resolveConfig', () => {
   });
 });
 
-describe('parseListen', () => {
+describe('parseAddress', () => {
   it('reads host:port', () => {
-    expect(parseListen('127.0.0.1:6380')).toEqual({ host: '127.0.0.1', port: 6380 });
-    expect(parseListen('0.0.0.0:1')).toEqual({ host: '0.0.0.0', port: 1 });
-    expect(parseListen('localhost:65535')).toEqual({ host: 'localhost', port: 65535 });
-    expect(parseListen('proxy.internal:0')).toEqual({ host: 'proxy.internal', port: 0 });
+    expect(parseAddress('127.0.0.1:6380')).toEqual({ host: '127.0.0.1', port: 6380 });
+    expect(parseAddress('0.0.0.0:1')).toEqual({ host: '0.0.0.0', port: 1 });
+    expect(parseAddress('localhost:65535')).toEqual({ host: 'localhost', port: 65535 });
+    expect(parseAddress('proxy.internal:0')).toEqual({ host: 'proxy.internal', port: 0 });
   });
 
   it('reads a bracketed IPv6 address', () => {
-    expect(parseListen('[::1]:6380')).toEqual({ host: '::1', port: 6380 });
-    expect(parseListen('[::]:6380')).toEqual({ host: '::', port: 6380 });
-    expect(parseListen('[fe80::1%eth0]:7000')).toEqual({ host: 'fe80::1%eth0', port: 7000 });
+    expect(parseAddress('[::1]:6380')).toEqual({ host: '::1', port: 6380 });
+    expect(parseAddress('[::]:6380')).toEqual({ host: '::', port: 6380 });
+    expect(parseAddress('[fe80::1%eth0]:7000')).toEqual({ host: 'fe80::1%eth0', port: 7000 });
   });
 
   it('reads a bare port (and an empty host) as 127.0.0.1', () => {
-    expect(parseListen('6380')).toEqual({ host: '127.0.0.1', port: 6380 });
-    expect(parseListen(':6381')).toEqual({ host: '127.0.0.1', port: 6381 });
+    expect(parseAddress('6380')).toEqual({ host: '127.0.0.1', port: 6380 });
+    expect(parseAddress(':6381')).toEqual({ host: '127.0.0.1', port: 6381 });
   });
 
   it('refuses anything else', () => {
     for (const text of ['', ':', 'host', 'host:', 'host:abc', '::1:6380', '[::1]', '[::1]6380', '65536', 'h:65536', 'h:6380 ', ' 6380']) {
-      expect(() => parseListen(text), text).toThrow(ConfigError);
+      expect(() => parseAddress(text), text).toThrow(ConfigError);
     }
   });
 });

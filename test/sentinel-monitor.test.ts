@@ -7,7 +7,8 @@
 import net from 'node:net';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SentinelMonitor, type MasterAddress, type SentinelOptions } from '../src/upstream/sentinel.js';
+import type { Address } from '../src/address.js';
+import { SentinelMonitor, type SentinelOptions } from '../src/upstream/sentinel.js';
 import { freePort } from './support/ports.js';
 import { query, startSentinelSetup, type SentinelSetup } from './support/sentinel.js';
 
@@ -207,8 +208,8 @@ describe.skipIf(Boolean(process.env.REDIS_TEST_IMAGE))('SentinelMonitor', () => 
 
   // Last: it turns the replica into the master.
   it('emits switch on SENTINEL FAILOVER, by event and by poll, once each', async () => {
-    const oldMaster: MasterAddress = { host: HOST, port: setup.master.port };
-    const newMaster: MasterAddress = { host: HOST, port: setup.replica.port };
+    const oldMaster: Address = { host: HOST, port: setup.master.port };
+    const newMaster: Address = { host: HOST, port: setup.replica.port };
     // One monitor that can only learn from +switch-master (its poll is far
     // off), one that also polls fast, and one that can only poll (its
     // sentinel, not the one doing the failover, is behind a relay that drops
@@ -221,7 +222,7 @@ describe.skipIf(Boolean(process.env.REDIS_TEST_IMAGE))('SentinelMonitor', () => 
       return {
         name,
         monitor: await start({ ...opts, log }),
-        switches: [] as Array<{ from: MasterAddress; to: MasterAddress; at: number }>,
+        switches: [] as Array<{ from: Address; to: Address; at: number }>,
       };
     };
     const watched = [

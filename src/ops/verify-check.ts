@@ -5,7 +5,7 @@
  * alone. All under one deadline; the scratch key is deleted afterwards, also on failure.
  */
 import { Redis } from 'ioredis';
-import type { ListenAddress } from '../config.js';
+import type { Address } from '../address.js';
 import { RuleFailure } from '../errors.js';
 import { describeKey } from '../key-text.js';
 import type { Rule, RuleSet } from '../rules/types.js';
@@ -19,7 +19,7 @@ const LOWERED_PTTL_MS = 30_000;
 
 /** The proxy to verify through, as the options give it. */
 export interface ProxyEndpoint {
-  readonly via: ListenAddress;
+  readonly via: Address;
   /** `via` as text, for messages. */
   readonly viaText: string;
   readonly timeoutMs: number;

@@ -21,8 +21,8 @@
  * This file is the command: its options, the rules it picks and its one line of output. The
  * check is in verify-check.ts, the scratch keys in verify-scratch.ts.
  */
-import { formatAddress } from '../address.js';
-import { chooseRules, parseListen, type RuleChoice } from '../config.js';
+import { formatAddress, parseAddress } from '../address.js';
+import { chooseRules, type RuleChoice } from '../config.js';
 import { UsageError } from '../errors.js';
 import { loadRules } from '../rules/loader.js';
 import { stalwartRelease } from '../rules/stalwart.js';
@@ -143,7 +143,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
   });
   if (values.help) return 'help';
   if (values.via === undefined) throw new UsageError('--via HOST:PORT is required (see --help)');
-  const via = parseListen(values.via, '--via address');
+  const via = parseAddress(values.via, '--via address');
   if (via.port === 0) throw new UsageError(`--via ${values.via}: port 0 is not a port to connect to`);
 
   const timeoutMs = positiveInteger('--timeout-ms', values['timeout-ms'] ?? String(DEFAULT_TIMEOUT_MS));

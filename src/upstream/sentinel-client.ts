@@ -6,7 +6,7 @@
  */
 import { Redis, type RedisOptions } from 'ioredis';
 import { ClosedError, TimeoutError } from '../errors.js';
-import type { MasterAddress } from './sentinel.js';
+import type { Address } from '../address.js';
 
 const CONNECT_TIMEOUT_MS = 2_000;
 const MAX_RECONNECT_DELAY_MS = 2_000;
@@ -86,7 +86,7 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, signal: AbortSig
 }
 
 /** `["127.0.0.1", "6379"]` → address; anything else → undefined. */
-export function parseAddress(reply: unknown): MasterAddress | undefined {
+export function parseAddress(reply: unknown): Address | undefined {
   if (!Array.isArray(reply) || reply.length !== 2) return undefined;
   const [host, portText] = reply as unknown[];
   if (typeof host !== 'string' || host === '' || typeof portText !== 'string' || !/^\d{1,5}$/.test(portText)) return undefined;
@@ -112,7 +112,7 @@ function parseEpoch(reply: unknown): number | undefined {
  * master's name (which may hold spaces) and its new address (undefined when malformed);
  * undefined for a message too short to be one.
  */
-export function parseSwitchMessage(message: string): { name: string; to: MasterAddress | undefined } | undefined {
+export function parseSwitchMessage(message: string): { name: string; to: Address | undefined } | undefined {
   const parts = message.split(' ');
   if (parts.length < 5) return undefined;
   return { name: parts.slice(0, -4).join(' '), to: parseAddress([parts[parts.length - 2], parts[parts.length - 1]]) };

@@ -28,7 +28,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { Redis } from 'ioredis';
-import { formatAddress } from '../address.js';
+import { formatAddress, type Address } from '../address.js';
 import { TimeoutError } from '../errors.js';
 import type { Logger } from '../log.js';
 import {
@@ -53,14 +53,9 @@ export interface SentinelOptions {
   log: Logger;
 }
 
-export interface MasterAddress {
-  host: string;
-  port: number;
-}
-
 export interface SentinelMonitorEvents {
   /** The master changed; emitted only on a real change of address. */
-  switch: [from: MasterAddress, to: MasterAddress];
+  switch: [from: Address, to: Address];
 }
 
 /** How long start() waits for an answer from the sentinels. */
@@ -87,14 +82,14 @@ interface Link {
   lastError?: string;
 }
 
-type Answer = { kind: 'master'; address: MasterAddress; epoch?: number } | { kind: 'no-master' } | { kind: 'failed'; reason: string };
+type Answer = { kind: 'master'; address: Address; epoch?: number } | { kind: 'no-master' } | { kind: 'failed'; reason: string };
 
 export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   private readonly links: Link[];
   private readonly masterName: string;
   private readonly pollMs: number;
   private readonly log: Logger;
-  private current!: MasterAddress;
+  private current!: Address;
   /** Highest configuration epoch known for the current master, if sentinels told. */
   private knownEpoch: number | undefined;
   /** Bumped on every change of `current`, so slow polls cannot apply stale answers. */
@@ -138,12 +133,12 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   }
 
   /** The current master. */
-  get master(): MasterAddress {
+  get master(): Address {
     return this.current;
   }
 
   /** The current master (UpstreamLocator). */
-  locate(): MasterAddress {
+  locate(): Address {
     return this.current;
   }
 
@@ -318,7 +313,7 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     });
   }
 
-  private async applyEvent(link: Link, to: MasterAddress): Promise<void> {
+  private async applyEvent(link: Link, to: Address): Promise<void> {
     // The sentinel's epoch is already the new one when it publishes the
     // event; knowing it lets later polls recognise lagging sentinels.
     const epoch = await withTimeout(queryEpoch(link.cmd, this.masterName), EVENT_EPOCH_TIMEOUT_MS, this.aborter.signal).catch(
@@ -333,7 +328,7 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     this.switchTo(to, `+switch-master from ${link.address}`);
   }
 
-  private switchTo(to: MasterAddress, cause: string): void {
+  private switchTo(to: Address, cause: string): void {
     const from = this.current;
     this.current = freeze(to);
     this.generation++;
@@ -384,7 +379,7 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     // A switch while the poll was out makes its answers old news.
     if (this.closed || generation !== this.generation) return;
 
-    let best: { address: MasterAddress; epoch?: number; sentinel: string } | undefined;
+    let best: { address: Address; epoch?: number; sentinel: string } | undefined;
     answers.forEach((answer, i) => {
       if (answer.kind !== 'master') return;
       if (!best || (answer.epoch ?? -1) > (best.epoch ?? -1)) best = { ...answer, sentinel: this.links[i].address };
@@ -425,10 +420,10 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   }
 }
 
-function sameAddress(a: MasterAddress, b: MasterAddress): boolean {
+function sameAddress(a: Address, b: Address): boolean {
   return a.host === b.host && a.port === b.port;
 }
 
-function freeze(address: MasterAddress): MasterAddress {
+function freeze(address: Address): Address {
   return Object.freeze({ host: address.host, port: address.port });
 }
