@@ -9,6 +9,14 @@ import { TopologyError } from '../errors.js';
 import { connectRedis, upstreamRedisOptions } from '../upstream/redis-client.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 
+/** Hash slot ranges, [start, end] each (inclusive). */
+export type SlotRanges = ReadonlyArray<readonly [number, number]>;
+
+/** Whether `slot` is in one of the ranges. */
+export function servesSlot(ranges: SlotRanges, slot: number): boolean {
+  return ranges.some(([start, end]) => start <= slot && slot <= end);
+}
+
 export interface ClusterNodeInfo {
   readonly id: string;
   /** The address the proxy dials: the node's IP (or endpoint when it announces no IP). */
@@ -20,7 +28,7 @@ export interface ClusterNodeInfo {
   /** False for a node the cluster marks failed (or not yet reachable). */
   readonly healthy: boolean;
   /** Slot ranges served, [start, end] each (masters). */
-  readonly slots: ReadonlyArray<readonly [number, number]>;
+  readonly slots: SlotRanges;
 }
 
 /** Asks the node at host:port for the cluster's nodes. */

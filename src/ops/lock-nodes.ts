@@ -5,8 +5,9 @@
  */
 import type { Redis } from 'ioredis';
 import { formatAddress } from '../address.js';
+import { escapeKey } from '../key-text.js';
 import type { UpstreamTls } from '../config.js';
-import { askTopology } from '../cluster/topology.js';
+import { askTopology, servesSlot, type SlotRanges } from '../cluster/topology.js';
 import { connectRedis, upstreamRedisOptions } from '../upstream/redis-client.js';
 import { isReplyError } from './command.js';
 import type { UpstreamTarget } from '../upstream/target.js';
@@ -16,7 +17,7 @@ export interface LockNode {
   readonly name: string;
   readonly redis: Redis;
   /** Slot ranges served, [start, end] each; empty outside a cluster. */
-  readonly slots: ReadonlyArray<readonly [number, number]>;
+  readonly slots: SlotRanges;
 }
 
 export interface LockNodes {
@@ -79,8 +80,8 @@ export async function openLockNodes(
     cluster: true,
     nodeFor: async (key) => {
       const slot = Number(await nodes[0].redis.call('CLUSTER', 'KEYSLOT', key));
-      const owner = nodes.find((node) => node.slots.some(([start, end]) => start <= slot && slot <= end));
-      if (owner === undefined) throw new Error(`no master serves slot ${slot} (the cluster is being resharded?)`);
+      const owner = nodes.find((node) => servesSlot(node.slots, slot));
+      if (owner === undefined) throw new Error(`no master serves slot ${slot} of ${escapeKey(key)} (the cluster is being resharded?)`);
       return owner;
     },
     lastError: () => errors.map((get) => get()).find((error) => error !== undefined),

@@ -135,7 +135,7 @@ async function* scanPages(redis: Redis, pattern: Buffer, count: number): AsyncGe
   do {
     const reply = (await redis.callBuffer('SCAN', cursor, 'MATCH', pattern, 'COUNT', String(count))) as unknown;
     if (!Array.isArray(reply) || reply.length !== 2 || !Buffer.isBuffer(reply[0]) || !Array.isArray(reply[1])) {
-      throw new Error('unexpected SCAN reply');
+      throw new Error(`unexpected SCAN reply (not [cursor, keys]): ${JSON.stringify(reply)?.slice(0, 200)}`);
     }
     cursor = reply[0].toString('latin1');
     yield reply[1] as Buffer[];
@@ -153,7 +153,8 @@ export async function readBatch(
   const pipeline = redis.pipeline().time();
   for (const { key } of batch) pipeline.getBuffer(key).pttl(key);
   const replies = (await pipeline.exec()) ?? [];
-  const reply = (i: number): [Error | null, unknown] => replies[i] ?? [new Error('no reply'), null];
+  const reply = (i: number): [Error | null, unknown] =>
+    replies[i] ?? [new Error(`reply ${i} of the TIME, GET and PTTL pipeline is missing`), null];
   const [timeError, time] = reply(0);
   if (timeError) throw timeError;
   const nowSeconds = BigInt(String((time as unknown[])[0]));

@@ -167,7 +167,7 @@ export async function deleteUnchanged(redis: Redis, rows: readonly LockRow[]): P
         results.push(new Error('not a string value: delete it with --release'));
         continue;
       }
-      const [error, result] = replies[next++] ?? [new Error('no reply'), null];
+      const [error, result] = replies[next++] ?? [new Error(`no reply to the delete of ${escapeKey(row.key)}`), null];
       if (error) results.push(error);
       else results.push(result === 1 ? 'deleted' : result === -1 ? 'gone' : 'changed');
     }

@@ -11,7 +11,8 @@ import { describeKey } from '../key-text.js';
 import type { Rule, RuleSet } from '../rules/types.js';
 import { reportingOptions } from '../upstream/redis-client.js';
 import { connectionFault, describeError } from './command.js';
-import { servedSlots, unusedScratchKey, type SlotRanges } from './verify-scratch.js';
+import type { SlotRanges } from '../cluster/topology.js';
+import { servedSlots, unusedScratchKey } from './verify-scratch.js';
 
 /** The first attempt's expiry, and the lowered TTL a second attempt must not push forward. */
 const FIRST_EXPIRE_SECONDS = 60;

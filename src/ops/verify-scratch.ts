@@ -6,9 +6,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { servesSlot, type SlotRanges } from '../cluster/topology.js';
 import { RuleFailure } from '../errors.js';
 import { describeKey } from '../key-text.js';
-import { buildKey, type KeyLayout } from '../rules/key-layout.js';
+import { buildKey, type FieldType, type KeyLayout } from '../rules/key-layout.js';
 import type { Rule, RuleSet } from '../rules/types.js';
 import { isReplyError } from './command.js';
 
@@ -18,9 +19,6 @@ const MAX_FILLER_BYTES = 64;
 const KEY_ROUNDS = 3;
 /** Scratch keys tried for one whose slot the node serves (a third of them, with three masters). */
 const CLUSTER_KEY_CANDIDATES = 200;
-
-/** Slot ranges, [start, end] each. */
-export type SlotRanges = ReadonlyArray<readonly [number, number]>;
 
 /**
  * In a Redis Cluster (the proxy started with --cluster), the slots the node behind this
@@ -62,7 +60,7 @@ export async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule,
     }
     if (slots !== null) {
       const slot = Number(await redis.call('CLUSTER', 'KEYSLOT', key));
-      if (!slots.some(([start, end]) => start <= slot && slot <= end)) continue;
+      if (!servesSlot(slots, slot)) continue;
     }
     if ((await redis.exists(key)) === 0) return key;
   }
@@ -111,7 +109,7 @@ function scratchKeyFor(rules: RuleSet, rule: Rule): Buffer | undefined {
  * A field value for a scratch key: integers in the top half of their range (no real id, account
  * number or time is there), a domain under .invalid (RFC 2606), bytes saying "rlp-verify".
  */
-function scratchValue(type: Exclude<KeyLayout['parts'][number]['type'], 'literal'>, length: number): bigint | Buffer {
+function scratchValue(type: FieldType, length: number): bigint | Buffer {
   const random = (bits: number) => BigInt(`0x${randomBytes(bits / 8).toString('hex')}`);
   switch (type) {
     case 'u8':

@@ -12,7 +12,7 @@
  * stay below 2^32 until 2106; a TaskEpoch is at least 2^32), so one template reads both.
  */
 import { escapeKey } from '../key-text.js';
-import type { FieldValue, KeyLayout } from './key-layout.js';
+import type { FieldType, FieldValue, KeyLayout } from './key-layout.js';
 
 type Format = 'plain' | 'time' | 'task-time';
 type Piece = string | { readonly name: string; readonly format: Format };
@@ -24,6 +24,8 @@ export interface KeyDescription {
 
 const PLACEHOLDER = /\{([^{}]*)\}/g;
 const FORMATS: readonly Format[] = ['plain', 'time', 'task-time'];
+/** The fields that can hold a time: the integers wide enough for one (a u8 cannot). */
+const TIME_FIELD_TYPES: readonly FieldType[] = ['u32', 'u64', 'leb128', 'decimal'];
 /** Stalwart's epoch (Snowflake ids, 0.15's TaskEpoch): 2021-09-22T03:06:40Z in Unix seconds. */
 const STALWART_EPOCH_SECONDS = 1_632_280_000n;
 /** Latest time `{x:time}` writes as a date (year 9999); larger values are written as numbers. */
@@ -32,7 +34,7 @@ const MAX_TIME_SECONDS = 253_402_300_799n;
 /** Validates a template against the layout's field names; `problem` builds the error to throw. */
 export function parseDescription(template: string, layout: KeyLayout | undefined, problem: (text: string) => Error): KeyDescription {
   if (template.trim() === '') throw problem('is empty: remove the field or say what the key is');
-  const fields = new Map<string, string>();
+  const fields = new Map<string, FieldType>();
   for (const part of layout?.parts ?? []) if (part.type !== 'literal') fields.set(part.name, part.type);
   const pieces: Piece[] = [];
   let last = 0;
@@ -47,7 +49,7 @@ export function parseDescription(template: string, layout: KeyLayout | undefined
       const known = [...fields.keys()];
       throw problem(`"{${match[1]}}" names no field of the key${known.length > 0 ? ` (fields: ${known.join(', ')})` : ' (the rule has no key: layout)'}`);
     }
-    if (format !== 'plain' && !['u32', 'u64', 'leb128', 'decimal'].includes(type)) {
+    if (format !== 'plain' && !TIME_FIELD_TYPES.includes(type)) {
       throw problem(`"{${match[1]}}": only an integer field can be written as a time`);
     }
     pieces.push({ name, format: format as Format });
