@@ -13,7 +13,7 @@ import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { chooseRules } from '../src/config.js';
-import { describeLockKey } from '../src/ops/locks-list.js';
+import { describeLockKey } from '../src/lock-keys/read.js';
 import { createRuleSet, loadRules, parseRuleFile } from '../src/rules/loader.js';
 import { formatRange } from '../src/rules/releases.js';
 import { shippedStalwartFiles, STALWART_RULES_DIR, stalwartRelease } from '../src/rules/stalwart.js';

@@ -10,8 +10,8 @@
  */
 import type { UpstreamTls } from '../config.js';
 import type { Logger } from '../log.js';
-import { openLockNodes } from '../ops/lock-nodes.js';
-import { scanNodes } from '../ops/locks-list.js';
+import { openLockNodes } from '../lock-keys/nodes.js';
+import { scanNodes } from '../lock-keys/read.js';
 import type { RuleSet } from '../rules/types.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 

@@ -4,6 +4,7 @@
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { UsageError } from '../errors.js';
+import { isReplyError } from '../upstream/redis-client.js';
 
 /** What a subcommand gets from the CLI dispatcher. */
 export interface Io {
@@ -49,11 +50,6 @@ export function describeError(error: unknown): string {
   }
   if (error instanceof Error) return error.message;
   return String(error);
-}
-
-/** An error reply from the server (as opposed to a connection problem). */
-export function isReplyError(error: unknown): boolean {
-  return error instanceof Error && error.name === 'ReplyError';
 }
 
 /**

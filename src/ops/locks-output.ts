@@ -4,7 +4,7 @@
  */
 import { describeKey, escapeKey } from '../key-text.js';
 import type { Io } from './command.js';
-import { isFlagged, type LockRow } from './locks-list.js';
+import { isFlagged, type LockRow } from '../lock-keys/read.js';
 
 const COLUMNS = ['KEY', 'RULE', 'COUNTER', 'TTL', 'WHAT', 'FLAG'];
 

@@ -7,8 +7,8 @@ import type { Redis } from 'ioredis';
 import { escapeKey } from '../key-text.js';
 import type { RuleSet } from '../rules/types.js';
 import type { Io } from './command.js';
-import type { LockNode, LockNodes } from './lock-nodes.js';
-import { describeLockKey, isFlagged, READ_BATCH, readBatch, type LockRow } from './locks-list.js';
+import type { LockNode, LockNodes } from '../lock-keys/nodes.js';
+import { describeLockKey, isFlagged, READ_BATCH, readBatch, type LockRow } from '../lock-keys/read.js';
 import { printResult, rowJson, rowSummary, table } from './locks-output.js';
 
 /**

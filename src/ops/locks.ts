@@ -22,8 +22,8 @@ import type { RuleSet } from '../rules/types.js';
 import { list, readCommandSettings, text } from '../settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
 import { connectionFault, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
-import { openLockNodes, type LockNodes } from './lock-nodes.js';
-import { scanNodes } from './locks-list.js';
+import { openLockNodes, type LockNodes } from '../lock-keys/nodes.js';
+import { scanNodes } from '../lock-keys/read.js';
 import { printRows, summary } from './locks-output.js';
 import { releaseAbandoned, releaseNamed } from './locks-release.js';
 

@@ -11,7 +11,7 @@ import { RuleFailure } from '../errors.js';
 import { describeKey } from '../key-text.js';
 import { buildKey, type FieldType, type KeyLayout } from '../rules/key-layout.js';
 import type { Rule, RuleSet } from '../rules/types.js';
-import { isReplyError } from './command.js';
+import { isReplyError } from '../upstream/redis-client.js';
 
 const SCRATCH_TAG = 'rlp-verify';
 /** Filler lengths are tried up to this many bytes after the prefix. */

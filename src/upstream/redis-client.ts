@@ -71,3 +71,8 @@ export async function connectRedis(options: RedisOptions): Promise<{ redis: Redi
   }
   return { redis, lastError: () => lastError };
 }
+
+/** An error reply from the server (as opposed to a connection problem). */
+export function isReplyError(error: unknown): boolean {
+  return error instanceof Error && error.name === 'ReplyError';
+}

@@ -20,7 +20,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { describeKey, escapeKey, unescapeKey } from '../../src/key-text.js';
 import { run as locks } from '../../src/ops/locks.js';
 import { upstreamRedisOptions } from '../../src/upstream/redis-client.js';
-import { describeLockKey, globPatternFor, scanLocks } from '../../src/ops/locks-list.js';
+import { describeLockKey, globPatternFor, scanLocks } from '../../src/lock-keys/read.js';
 import { deleteUnchanged } from '../../src/ops/locks-release.js';
 import { run as verify } from '../../src/ops/verify.js';
 import { loadRules } from '../../src/rules/loader.js';

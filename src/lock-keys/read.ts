@@ -1,7 +1,7 @@
 /**
- * `locks`: the lock keys the rules name, read from Redis into rows: counter (or raw value),
- * remaining TTL, what the lock is for (decoded by the rules' `describe:`), and why it looks
- * abandoned, if it does.
+ * The lock keys the rules name, read from Redis into rows (for `locks` and the proxy's lock
+ * scan): counter (or raw value), remaining TTL, what the lock is for (decoded by the rules'
+ * `describe:`), and why it looks abandoned, if it does.
  *
  * Safe on a big keyspace: SCAN with MATCH on each rule's prefix (never KEYS), streamed page by
  * page, with the per-key reads pipelined in batches.
@@ -11,7 +11,7 @@ import { describeFields, isoTime } from '../rules/key-description.js';
 import { decodeLayout } from '../rules/key-layout.js';
 import { ruleMatches } from '../rules/loader.js';
 import type { Rule, RuleSet } from '../rules/types.js';
-import type { LockNode } from './lock-nodes.js';
+import type { LockNode } from './nodes.js';
 
 /** Keys whose GET and PTTL go out in one pipeline (and keys deleted per pipeline). */
 export const READ_BATCH = 500;

@@ -8,8 +8,7 @@ import { formatAddress } from '../address.js';
 import { escapeKey } from '../key-text.js';
 import type { UpstreamTls } from '../config.js';
 import { askTopology, servesSlot, type SlotRanges } from '../cluster/topology.js';
-import { connectRedis, upstreamRedisOptions } from '../upstream/redis-client.js';
-import { isReplyError } from './command.js';
+import { connectRedis, isReplyError, upstreamRedisOptions } from '../upstream/redis-client.js';
 import type { UpstreamTarget } from '../upstream/target.js';
 
 export interface LockNode {
