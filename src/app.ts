@@ -61,7 +61,7 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
     holdMs: config.holdMs,
     connectTimeoutMs: config.connectTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
-    lockPipelining: config.lockPipelining,
+    lockMethod: config.lockMethod,
     cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
     log,
     stats,

@@ -9,6 +9,7 @@ import net from 'node:net';
 import { stringify as toYaml } from 'yaml';
 import { formatAddress, parseAddress, type Address } from './address.js';
 import { ConfigError } from './errors.js';
+import { LOCK_METHOD_SETTINGS, type LockMethodSetting } from './lock/lock-method.js';
 import type { ReleaseFilter } from './rules/loader.js';
 import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
 import type { RuleMode } from './rules/types.js';
@@ -82,7 +83,8 @@ export interface Config {
   readonly warnings: readonly string[];
   /** Close client connections idle this long; 0: never. */
   readonly idleTimeoutMs: number;
-  readonly lockPipelining: boolean;
+  /** How lock blocks are fixed: inside the client's own transaction, as a script, or chosen per connection from the server version. */
+  readonly lockMethod: LockMethodSetting;
   /** How often the old-shape attempt report is logged; 0: never. */
   readonly lockAttemptReportMs: number;
   /** How often the lock keys are scanned for the abandoned-lock metrics; 0: never. */
@@ -170,7 +172,7 @@ function buildConfig(settings: RawSettings): Config {
     maxConnections: integer(settings, 'max-connections'),
     warnings: deprecatedGiven(settings),
     idleTimeoutMs: integer(settings, 'idle-timeout-ms'),
-    lockPipelining: boolean(settings, 'lock-pipelining'),
+    lockMethod: lockMethodFrom(settings),
     lockAttemptReportMs: integer(settings, 'lock-attempt-report-ms'),
     lockScanIntervalMs: integer(settings, 'lock-scan-interval-ms'),
     lockScanMaxKeys: integer(settings, 'lock-scan-max-keys'),
@@ -179,6 +181,13 @@ function buildConfig(settings: RawSettings): Config {
     sentinel,
     cluster,
   };
+}
+
+function lockMethodFrom(settings: RawSettings): LockMethodSetting {
+  const method = text(settings, 'lock-method') ?? 'auto';
+  const known = LOCK_METHOD_SETTINGS.find((setting) => setting === method);
+  if (known === undefined) throw new ConfigError(`lock-method must be one of ${LOCK_METHOD_SETTINGS.join(', ')}, got "${method}"`);
+  return known;
 }
 
 /** The upstream URL, or with --cluster the seed URLs; never none. */

@@ -91,8 +91,15 @@ export const OPTIONS = {
   },
   'lock-pipelining': {
     kind: 'boolean',
-    default: false,
-    help: 'forward what follows a lock block without waiting for its script, once the script has worked on the connection',
+    help: "no longer used: lock blocks go inside the client's own transaction, and nothing waits behind them",
+    deprecated:
+      'lock-pipelining no longer applies: where the server has EXPIRE NX (Redis 7.0+, Valkey) a lock block goes inside ' +
+      "the client's own transaction and nothing waits behind it; the script path (older servers) keeps commands in order",
+  },
+  'lock-method': {
+    kind: 'string',
+    default: 'auto',
+    help: "how lock blocks are fixed: transaction (NX on the client's own EXPIRE; Redis 7.0+, Valkey), script (a Lua script), or auto (from the server version)",
   },
   'idle-timeout-ms': {
     kind: 'integer',

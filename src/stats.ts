@@ -8,12 +8,14 @@
 export class RuleCounters {
   /** Blocks that matched the rule, whatever happened to them next. */
   seen = 0;
-  /** Blocks answered by the script. */
+  /** Blocks sent with the fix: inside the client's transaction with NX, or as the script. */
   rewritten = 0;
   /** Blocks forwarded unchanged because the rule (or the whole proxy) is in observe mode. */
   observed = 0;
   /** Blocks whose script could not run and were sent unchanged, by error prefix (NOPERM, BUSY, ...). */
   readonly fallbacks = new Map<string, number>();
+  /** Blocks whose script outcome could not be told: the connection was closed. */
+  closed = 0;
   /** Lock attempts in the fixed shape (SET key value NX EX n, Stalwart 0.16.16+) on the rule's keys. */
   fixedShape = 0;
 }
@@ -38,8 +40,12 @@ export class Stats {
   connectCount = 0;
   /** Lock blocks that matched a rule, whatever happened to them next. */
   blocksSeen = 0;
-  /** Blocks answered by the script. */
+  /** Blocks sent with the fix (either way). */
   blocksRewritten = 0;
+  /** Blocks sent with the fix, by the way they were sent. */
+  readonly rewrittenBy = { transaction: 0, script: 0 };
+  /** Blocks whose script outcome could not be told, so that their connection was closed. */
+  blocksClosed = 0;
   /** Blocks forwarded unchanged in observe mode. */
   blocksObserved = 0;
   /** Blocks whose script could not run, sent unchanged instead, by error prefix (NOPERM, BUSY, ...). */
@@ -48,8 +54,6 @@ export class Stats {
   readonly releases = new Map<string, number>();
   /** Times the script was missing from the script cache and was sent in full. */
   scriptReloads = 0;
-  /** Script calls sent without holding back what followed them (--lock-pipelining). */
-  blocksPipelined = 0;
   /** Per-rule block counts, by rule name. */
   readonly byRule = new Map<string, RuleCounters>();
   /** With --cluster: -MOVED/-ASK replies whose node address was rewritten. */
@@ -81,9 +85,15 @@ export class Stats {
     this.rule(rule).fixedShape++;
   }
 
-  blockRewritten(rule: string): void {
+  blockRewritten(rule: string, method: 'transaction' | 'script'): void {
     this.blocksRewritten++;
+    this.rewrittenBy[method]++;
     this.rule(rule).rewritten++;
+  }
+
+  blockClosed(rule: string): void {
+    this.blocksClosed++;
+    this.rule(rule).closed++;
   }
 
   blockObserved(rule: string): void {

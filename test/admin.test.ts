@@ -62,7 +62,11 @@ function filledStats(): Stats {
   stats.ruleReloadFailures = 1;
   stats.blockSeen('r1');
   stats.blockSeen('r1');
-  stats.blockRewritten('r1');
+  stats.blockRewritten('r1', 'transaction');
+  stats.blockSeen('r1');
+  stats.blockRewritten('r1', 'script');
+  stats.blockSeen('r1');
+  stats.blockClosed('r1');
   stats.blockFallback('r1', 'NOPERM');
   stats.blockSeen('r2');
   stats.blockObserved('r2');
@@ -101,12 +105,16 @@ describe('createMetricsRegistry', () => {
       `# TYPE ${P}upstream_connect_failures_total counter`,
       `${P}upstream_connect_failures_total 2`,
       `# TYPE ${P}blocks_total counter`,
-      `${P}blocks_total{rule="r1",outcome="seen"} 2`,
-      `${P}blocks_total{rule="r1",outcome="rewritten"} 1`,
+      `${P}blocks_total{rule="r1",outcome="seen"} 4`,
+      `${P}blocks_total{rule="r1",outcome="rewritten"} 2`,
       `${P}blocks_total{rule="r1",outcome="observed"} 0`,
+      `${P}blocks_total{rule="r1",outcome="closed"} 1`,
       `${P}blocks_total{rule="r2",outcome="seen"} 1`,
       `${P}blocks_total{rule="r2",outcome="rewritten"} 0`,
       `${P}blocks_total{rule="r2",outcome="observed"} 1`,
+      `# TYPE ${P}blocks_rewritten_total counter`,
+      `${P}blocks_rewritten_total{method="transaction"} 1`,
+      `${P}blocks_rewritten_total{method="script"} 1`,
       `# TYPE ${P}block_fallbacks_total counter`,
       `${P}block_fallbacks_total{rule="r1",reason="NOPERM"} 1`,
       `${P}block_fallbacks_total{rule="r2",reason="BUSY"} 2`,

@@ -46,7 +46,7 @@ describe('resolveConfig', () => {
       maxConnections: 10_000,
       warnings: [],
       idleTimeoutMs: 0,
-      lockPipelining: false,
+      lockMethod: 'auto',
       lockAttemptReportMs: 3_600_000,
       lockScanIntervalMs: 0,
       lockScanMaxKeys: 100_000,
@@ -417,6 +417,12 @@ describe('production settings', () => {
     expect(run(['--max-frame-bytes', '10']).warnings).toEqual([
       expect.stringMatching(/^max-frame-bytes no longer applies: requests stream to Redis/),
     ]);
+    expect(run(['--lock-pipelining']).warnings).toEqual([expect.stringMatching(/^lock-pipelining no longer applies: /)]);
+    expect(run(['--lock-method', 'script'], { REDIS_LOCK_PROXY_LOCK_METHOD: 'transaction' }).lockMethod).toBe('script');
+    expect(run([], { REDIS_LOCK_PROXY_LOCK_METHOD: 'transaction' }).lockMethod).toBe('transaction');
+    expect(configError(() => run(['--lock-method', 'lua'])).message).toBe(
+      'lock-method must be one of auto, transaction, script, got "lua"',
+    );
   });
 
   it('pairs the TLS and sentinel settings, naming what is missing', () => {

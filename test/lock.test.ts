@@ -174,7 +174,8 @@ describe('the script call and its reply', () => {
   });
 
   it('translates every reply shape', () => {
-    expect(translateScriptReply(Buffer.from('*2\r\n:1\r\n:1\r\n'))).toMatchObject({ kind: 'replies', counter: '1', applied: true });
+    const created = translateScriptReply(Buffer.from('*2\r\n:1\r\n:1\r\n'));
+    expect(created.kind === 'replies' && created.bytes.toString()).toBe(attemptReplies(1, 1));
     const ok = translateScriptReply(Buffer.from('*2\r\n:7\r\n:0\r\n'));
     expect(ok.kind === 'replies' && ok.bytes.toString()).toBe(attemptReplies(7, 0));
     const big = translateScriptReply(Buffer.from('*2\r\n$16\r\n9007199254740993\r\n:0\r\n'));
@@ -187,8 +188,18 @@ describe('the script call and its reply', () => {
       kind: 'error',
       message: '-NOSCRIPT No matching script.',
     });
-    for (const odd of ['*3\r\n:1\r\n:1\r\n:1\r\n', '*2\r\n:1\r\n:2\r\n', '+OK\r\n', '*2\r\n$3\r\nabc\r\n:1\r\n', '*2\r\n:1\r\n']) {
-      expect(translateScriptReply(Buffer.from(odd)).kind, odd).toBe('unexpected');
+    const late = translateScriptReply(Buffer.from('*2\r\n:5\r\n-NOPERM no expire\r\n'));
+    expect(late.kind === 'replies' && late.bytes.toString()).toBe('+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:5\r\n-NOPERM no expire\r\n');
+    for (const odd of [
+      '*3\r\n:1\r\n:1\r\n:1\r\n',
+      '*2\r\n:1\r\n:2\r\n',
+      '+OK\r\n',
+      '*2\r\n$3\r\nabc\r\n:1\r\n',
+      '*2\r\n:1\r\n',
+      '*2\r\n$-1\r\n:1\r\n', // the counter could not be read back
+      '*2\r\n_\r\n:1\r\n',
+    ]) {
+      expect(translateScriptReply(Buffer.from(odd)).kind, odd).toBe('unknown');
     }
   });
 });

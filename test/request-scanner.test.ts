@@ -54,10 +54,9 @@ const ORACLE_NAMES = new Map<string, Cmd>([
   ['punsubscribe', Cmd.Uncountable],
   ['sunsubscribe', Cmd.Uncountable],
   ['monitor', Cmd.Uncountable],
-  ['sync', Cmd.Uncountable],
-  ['psync', Cmd.Uncountable],
-  ['auth', Cmd.Auth],
-  ['hello', Cmd.Auth],
+  ['replconf', Cmd.Uncountable],
+  ['sync', Cmd.Replication],
+  ['psync', Cmd.Replication],
   ['cluster', Cmd.Cluster],
   ['asking', Cmd.Asking],
 ]);

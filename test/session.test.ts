@@ -2,8 +2,9 @@
  * Session, over in-memory sockets: the connection pair's mechanics without a network. The test
  * plays the client on one side and writes Redis's replies on the other (exact RESP, as Redis
  * sends them), and checks what goes each way and when: bytes forwarded as they arrive, a lock
- * block's script call with the client's later bytes waiting for its reply, the URL's AUTH
- * before anything else (and again after RESET), half-closes both ways. The end-to-end tests
+ * block's script call with the client's later bytes waiting for its reply, or the block inside
+ * the transaction with nothing waiting, the server's version asked first, the URL's AUTH before
+ * anything else (and again after RESET, also once the connection is a pipe), half-closes. The end-to-end tests
  * check the same behaviour against a real redis-server.
  */
 import { pino } from 'pino';
@@ -27,7 +28,7 @@ afterEach(() => {
 });
 
 /** A session between an in-memory client and an in-memory Redis; the test holds both far ends. */
-function start(url = 'redis://127.0.0.1:6379') {
+function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMethod'] = 'script') {
   const [client, proxyFront] = memorySocketPair();
   const [redis, proxyBack] = memorySocketPair();
   open.push(client, redis);
@@ -48,7 +49,7 @@ function start(url = 'redis://127.0.0.1:6379') {
     holdMs: 50,
     connectTimeoutMs: 1000,
     idleTimeoutMs: 0,
-    lockPipelining: false,
+    lockMethod,
     cluster: null,
     log: pino({ level: 'silent' }),
     stats,
@@ -82,6 +83,29 @@ describe('Session', () => {
     redis.write('+PONG\r\n');
     expect(await atClient.atLeast(48)).toBe(attemptReplies(1, 1) + '+PONG\r\n');
     expect(stats.blocksRewritten).toBe(1);
+  });
+
+  it('asks the server version before the first block, then sends blocks inside the transaction with nothing waiting', async () => {
+    const { client, redis, atRedis, atClient, stats } = start(undefined, 'auto');
+    client.write(Buffer.concat([lockAttempt('lock:a', 60), cmd('PING')]));
+    const hello = text(cmd('HELLO'));
+    expect(await atRedis.atLeast(hello.length)).toBe(hello);
+    await tick();
+    expect(atRedis.take()).toBe(hello); // the block and the PING wait for the version
+    redis.write('*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n');
+    const withNx = text(
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:a', '1'), cmd('EXPIRE', 'lock:a', '60', 'NX'), cmd('EXEC'), cmd('PING')]),
+    );
+    expect(await atRedis.atLeast(withNx.length)).toBe(withNx);
+    atRedis.take();
+    client.write(Buffer.concat([lockAttempt('lock:b', 60), cmd('PING')])); // no second HELLO, no waiting
+    const second = text(
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:b', '1'), cmd('EXPIRE', 'lock:b', '60', 'NX'), cmd('EXEC'), cmd('PING')]),
+    );
+    expect(await atRedis.atLeast(second.length)).toBe(second);
+    redis.write(attemptReplies(1, 1) + '+PONG\r\n' + attemptReplies(1, 0) + '+PONG\r\n');
+    expect(await atClient.atLeast(96)).toBe(attemptReplies(1, 1) + '+PONG\r\n' + attemptReplies(1, 0) + '+PONG\r\n');
+    expect(stats.rewrittenBy.transaction).toBe(2);
   });
 
   it('forwards an unfinished frame at once, but keeps back the start of a MULTI that may open a block', async () => {
@@ -130,6 +154,25 @@ describe('Session', () => {
     expect(await atClient.atLeast(14)).toBe('+OK\r\n+QUEUED\r\n');
     await tick();
     expect(atClient.ended).toBe(true);
+  });
+
+  it('applies the URL’s AUTH after a RESET that ends a pipe (SUBSCRIBE), and counts replies again from its +RESET', async () => {
+    const { client, redis, atRedis, atClient } = start('redis://:s3cret@127.0.0.1:6379');
+    const auth = text(cmd('AUTH', 's3cret'));
+    expect(await atRedis.atLeast(auth.length)).toBe(auth);
+    atRedis.take();
+    redis.write('+OK\r\n');
+    client.write(Buffer.concat([cmd('SUBSCRIBE', 'c'), cmd('RESET'), cmd('GET', 'k')]));
+    const sent = text(Buffer.concat([cmd('SUBSCRIBE', 'c'), cmd('RESET')])) + auth;
+    expect(await atRedis.atLeast(sent.length)).toBe(sent);
+    await tick();
+    expect(atRedis.take()).toBe(sent); // the GET waits for AUTH's reply
+    // A message that looks like RESET's reply inside a push, then RESET's own.
+    const pushes = '*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$8\r\n+RESET\r\n\r\n';
+    redis.write(pushes + '+RESET\r\n+OK\r\n');
+    expect(await atRedis.atLeast(22)).toBe(text(cmd('GET', 'k')));
+    redis.write('$-1\r\n');
+    expect(await atClient.atLeast(pushes.length + 13)).toBe(pushes + '+RESET\r\n$-1\r\n'); // AUTH's +OK stays with the proxy
   });
 
   it('stops counting after SUBSCRIBE: pushes and replies alike pass through', async () => {

@@ -1,6 +1,6 @@
 /**
  * TransactionState, without sockets: frames scanned from bytes go in, their meaning and the
- * MULTI/WATCH/ASKING/user state come out, as Redis would hold them (the end-to-end tests check
+ * MULTI/WATCH/ASKING state come out, as Redis would hold them (the end-to-end tests check
  * the same rules against a real server's replies).
  */
 import { describe, expect, it } from 'vitest';
@@ -38,12 +38,18 @@ describe('TransactionState', () => {
     expect(tx.watching).toBe(true);
     feed(tx, Buffer.concat([cmd('UNWATCH', 'x'), cmd('RESET', 'x')]));
     expect(tx.watching).toBe(true);
-    feed(tx, Buffer.concat([cmd('MULTI'), cmd('EXEC', 'x'), cmd('DISCARD', 'y')]));
+    feed(tx, Buffer.concat([cmd('MULTI'), cmd('DISCARD', 'y')]));
     expect(tx.inMulti).toBe(true);
     feed(tx, 'DISCARD x\r\n'); // inline too
     expect(tx.inMulti).toBe(true);
     feed(tx, cmd('EXEC'));
     expect([tx.inMulti, tx.watching]).toEqual([false, false]); // EXEC unwatches
+  });
+
+  it('ends the transaction on EXEC even when Redis refuses it (it aborts: execCommandAbort)', () => {
+    const tx = new TransactionState();
+    feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('MULTI'), cmd('EXEC', 'x')]));
+    expect([tx.inMulti, tx.watching, tx.closed, tx.canStartBlock]).toEqual([false, false, true, true]);
   });
 
   it('keeps a WATCH set outside a transaction only, and a nested MULTI is not queued', () => {
@@ -54,14 +60,8 @@ describe('TransactionState', () => {
     expect(tx.queued).toBe(1); // queued inside MULTI, like any command but the transaction's own
   });
 
-  it('says when the user may have changed: AUTH, HELLO, RESET', () => {
+  it('leaves everything on RESET, inside a transaction too', () => {
     const tx = new TransactionState();
-    for (const frame of [cmd('AUTH', 'pw'), cmd('HELLO', '3'), cmd('RESET')]) {
-      feed(tx, frame);
-      expect(tx.userChanged).toBe(true);
-      feed(tx, cmd('PING'));
-      expect(tx.userChanged).toBe(false);
-    }
     feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('MULTI'), cmd('RESET')]));
     expect([tx.inMulti, tx.watching, tx.closed]).toEqual([false, false, true]);
   });
@@ -83,9 +83,13 @@ describe('TransactionState', () => {
       cmd('client', 'reply', 'skip'),
       'CLIENT LIST\r\n',
       'SET k "a b"\r\n',
-      cmd('SYNC'),
+      cmd('REPLCONF', 'ACK', '0'),
+      cmd('replconf', 'getack', '*'),
     ]) {
       expect(feed(new TransactionState(), frame), JSON.stringify(String(frame))).toEqual([FrameMeaning.Untrackable]);
+    }
+    for (const frame of [cmd('SYNC'), cmd('PSYNC', '?', '-1'), 'SYNC\r\n']) {
+      expect(feed(new TransactionState(), frame), JSON.stringify(String(frame))).toEqual([FrameMeaning.Replication]);
     }
     expect(feed(new TransactionState(), Buffer.concat([Buffer.from('\r\n'), Buffer.from('*0\r\n'), cmd('CLIENT', 'LIST')]))).toEqual([
       FrameMeaning.NoReply,

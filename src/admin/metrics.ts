@@ -95,19 +95,29 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
 
   labelledCounter(
     'blocks_total',
-    'Lock blocks that matched a rule (seen), answered by the script (rewritten), or forwarded unchanged in observe mode (observed).',
+    'Lock blocks that matched a rule (seen), sent with the fix (rewritten), forwarded unchanged in observe mode (observed), or whose script outcome could not be told, so that the connection was closed (closed).',
     ['rule', 'outcome'],
     (emit) => {
       for (const [rule, counts] of stats.byRule) {
         emit({ rule, outcome: 'seen' }, counts.seen);
         emit({ rule, outcome: 'rewritten' }, counts.rewritten);
         emit({ rule, outcome: 'observed' }, counts.observed);
+        emit({ rule, outcome: 'closed' }, counts.closed);
       }
     },
   );
   labelledCounter(
+    'blocks_rewritten_total',
+    "Lock blocks sent with the fix, by way: transaction (NX added to the EXPIRE inside the client's own transaction), script (the Lua script).",
+    ['method'],
+    (emit) => {
+      emit({ method: 'transaction' }, stats.rewrittenBy.transaction);
+      emit({ method: 'script' }, stats.rewrittenBy.script);
+    },
+  );
+  labelledCounter(
     'block_fallbacks_total',
-    'Lock blocks whose script could not run and that were sent unchanged (or, redirected by a cluster, answered as Redis answers them), by error prefix.',
+    'Lock blocks whose script wrote nothing (it was refused, or Redis did not run it) and that were sent unchanged, by error prefix.',
     ['rule', 'reason'],
     (emit) => {
       for (const [rule, counts] of stats.byRule) {
@@ -122,11 +132,6 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     (emit) => {
       for (const [reason, value] of stats.releases) emit({ reason }, value);
     },
-  );
-  counter(
-    'blocks_pipelined_total',
-    'Lock blocks whose script call was pipelined (--lock-pipelining): what followed was not held back.',
-    () => stats.blocksPipelined,
   );
   counter('script_reloads_total', 'Times the script was missing from the script cache and was sent in full.', () => stats.scriptReloads);
   labelledCounter('rule_reloads_total', 'Rule reloads, by result.', ['result'], (emit) => {

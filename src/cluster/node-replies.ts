@@ -8,8 +8,6 @@ import type net from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { Cmd } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
-import { redirectedBlockReplies } from '../lock/block-replies.js';
-import type { BlockRedirects } from '../lock/block-flow.js';
 import type { TransactionState } from '../session/transaction-state.js';
 import type { Stats } from '../stats.js';
 import {
@@ -30,10 +28,7 @@ export interface ClusterReplies {
   readonly announceHost: string | null;
 }
 
-/** Errors of Redis Cluster's key check: Redis gives INCR[BY] and [P]EXPIRE on the same key the same one. */
-const CLUSTER_REDIRECT = /^-(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/;
-
-export class NodeReplies implements BlockRedirects {
+export class NodeReplies {
   /** CLUSTER topology commands queued in the open transaction: their replies come in EXEC's array. */
   private queuedTopology: QueuedTopology[] = [];
   private announceCache: Announce | undefined;
@@ -74,14 +69,6 @@ export class NodeReplies implements BlockRedirects {
     this.queuedTopology = [];
     if (scanner.cmd !== Cmd.Exec || entries.length === 0) return undefined;
     return (reply) => this.counted(reply, rewriteExecReply(entries, reply, this.cluster.nodes, this.announce()));
-  }
-
-  isRedirect(message: string): boolean {
-    return CLUSTER_REDIRECT.test(message);
-  }
-
-  redirectedBlock(reply: Buffer): Buffer {
-    return redirectedBlockReplies(this.rewriteRedirect(reply) ?? reply);
   }
 
   private counted(reply: Buffer, rewritten: Buffer): Buffer {

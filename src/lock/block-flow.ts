@@ -1,27 +1,31 @@
 /**
- * One connection's lock blocks, from the MULTI that may start one to the client's four replies:
- * holding the frames while the block can still match, releasing them verbatim when it cannot
- * (or at the hold deadline), and for a complete block the script call, with a retry by EVAL on
- * NOSCRIPT and the original block as the fallback when the script cannot run.
+ * One connection's lock blocks, from the MULTI that may start one to what Redis is sent: holding
+ * the frames while the block can still match, releasing them verbatim when it cannot (or at the
+ * hold deadline), and sending a complete block the way the server allows (lock-method.ts):
  *
- * Ordering is kept exactly: while the script call is in flight the client's later bytes wait
- * (the session holds them), so a fallback sends the block where the client put it. With
- * --lock-pipelining, once the script has worked on the connection, what follows a block is not
- * held back; a later script failure then cannot send the block in its place, so the connection
- * is closed instead (after the replies that precede the block), as a network failure would.
+ * - inside the client's own transaction, its [P]EXPIRE given NX (expire-nx.ts): Redis answers
+ *   the client itself, and nothing waits behind the block;
+ * - as the Lua script (script.ts): its reply becomes the client's four replies. While the call
+ *   is in flight the client's later bytes wait (the session holds them), so that a script that
+ *   could not run is replaced by the original block exactly where the client put it.
+ *
+ * With --lock-method auto, the connection's first block waits for the server's version (one
+ * HELLO) to choose.
  *
  * The flow touches no socket: it works through a LockBlockPort, which the session implements,
  * and the connection's reply accounting.
  */
-import type { Logger } from '../log.js';
 import { describeKey } from '../key-text.js';
+import type { Logger } from '../log.js';
 import { encodeCommand } from '../resp/encode.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
 import { effectiveMode, type Rule, type RuleMode, type RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
-import { BlockMatcher, BlockStep } from './block-matcher.js';
-import { BLOCK_FRAMES, framesTaken } from './block-replies.js';
-import { encodeLockCall, translateScriptReply, type LockCall } from './script.js';
+import { BlockMatcher, BlockStep, framesTaken } from './block-matcher.js';
+import { BLOCK_FRAMES, type LockCall } from './block-shape.js';
+import { withExpireNx } from './expire-nx.js';
+import { HELLO, methodFromHello, type LockMethod, type LockMethodSetting } from './lock-method.js';
+import { encodeLockCall, translateScriptReply } from './script.js';
 
 /** What the block flow needs of its connection. */
 export interface LockBlockPort {
@@ -29,15 +33,16 @@ export interface LockBlockPort {
   writeUpstream(bytes: Buffer): void;
   /** Bytes for the client, in order. */
   writeClient(bytes: Buffer): void;
-  /** Held frames went upstream as the client sent them: `frames` of them, `complete` with the EXEC. */
+  /** Block frames went upstream as Redis runs them: `frames` of them (MULTI first), `complete` with the EXEC. */
   blockSent(frames: number, complete: boolean): void;
-  /** The client's next bytes wait until resumeClient(): the script's reply decides what goes next. */
+  /** The client's next bytes wait until resumeClient(): a reply of the proxy's own decides what goes next. */
   holdClient(): void;
   resumeClient(): void;
-  /** Ends the connection after what the client has been sent (a pipelined script failed). */
-  abandon(): void;
-  /** Closes the connection at once (a script reply the proxy cannot read). */
-  destroy(): void;
+  /**
+   * Closes the connection as a network failure would (a block whose outcome cannot be told):
+   * what the client has been sent still reaches it, nothing more goes either way.
+   */
+  closeAfterReplies(): void;
   readonly log: Logger;
 }
 
@@ -49,33 +54,27 @@ export interface ExpectedReplies {
   capture(handle: (reply: Buffer) => void): void;
 }
 
-/** In front of a cluster: how a redirected script call is answered (cluster/node-replies.ts). */
-export interface BlockRedirects {
-  /** Whether a script error is the cluster's key check (-MOVED, -ASK, -TRYAGAIN, -CLUSTERDOWN). */
-  isRedirect(message: string): boolean;
-  /** The four replies Redis gives a block whose key another node serves, addresses rewritten. */
-  redirectedBlock(reply: Buffer): Buffer;
-}
-
 export interface BlockSettings {
   /** 'observe': every rule only observes. */
   readonly mode: RuleMode;
   readonly holdMs: number;
-  readonly lockPipelining: boolean;
+  readonly lockMethod: LockMethodSetting;
   readonly stats: Stats;
 }
 
-/** A lock block whose script call is in flight. */
-interface PendingBlock {
+/** A whole lock block, held until it is sent. */
+interface CompleteBlock {
   readonly call: LockCall;
   readonly rule: Rule;
-  /** The block as the client sent it, for the fallback. */
-  readonly held: Buffer[];
-  /** ASKING came right before the block: a retry or the fallback needs it again (it lasts one command). */
+  /** The block as the client sent it. */
+  readonly bytes: Buffer;
+  /** ASKING came right before the block: a command of the proxy's own used it up, so it is sent again. */
   readonly asking: boolean;
 }
 
 const ASKING = encodeCommand('ASKING');
+/** Errors of Redis Cluster's key check, which Redis gives the original block's commands too. */
+const CLUSTER_REDIRECT = /^-(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/;
 
 export class LockBlocks {
   /** A MULTI and what followed it are held until the block matches or cannot. */
@@ -84,16 +83,17 @@ export class LockBlocks {
   /** Bytes of the block being held. */
   private held: Buffer[] = [];
   private holdTimer: NodeJS.Timeout | undefined;
-  /** The script has worked on this connection for its current user (see --lock-pipelining). */
-  private scriptProven = false;
+  /** How this connection's blocks are sent; null until the server's version is known (auto). */
+  private method: LockMethod | null;
   private readonly fallbackReasonsLogged = new Set<string>();
 
   constructor(
     private readonly port: LockBlockPort,
     private readonly replies: ExpectedReplies,
     private readonly settings: BlockSettings,
-    private readonly redirects: BlockRedirects | null,
-  ) {}
+  ) {
+    this.method = settings.lockMethod === 'auto' ? null : settings.lockMethod;
+  }
 
   /** True when the frame whose head the scanner holds is a MULTI that may start a block. */
   static isStart(scanner: RequestScanner): boolean {
@@ -150,11 +150,6 @@ export class LockBlocks {
     }
   }
 
-  /** Another user may not be allowed to run scripts (AUTH, HELLO, RESET): prove it again. */
-  forgetProof(): void {
-    this.scriptProven = false;
-  }
-
   /** Sends the held bytes upstream unchanged and goes back to forwarding. */
   release(reason: string): void {
     this.stopTimer();
@@ -167,8 +162,8 @@ export class LockBlocks {
   }
 
   /**
-   * A whole block is held. `asking`: ASKING came right before it. Returns true when its script
-   * was sent and the client's next bytes must wait for the reply.
+   * A whole block is held. `asking`: ASKING came right before it. Returns true when the client's
+   * next bytes must wait for a reply of the proxy's own (the server's version, or the script's).
    */
   complete(asking: boolean): boolean {
     this.stopTimer();
@@ -183,13 +178,13 @@ export class LockBlocks {
       return false;
     }
     this.holding = false;
-    const block: PendingBlock = { call, rule, held: this.held, asking };
+    const block: CompleteBlock = { call, rule, bytes: joined(this.held), asking };
     this.held = [];
-    // Once the script has worked on this connection, what follows the block may go at once.
-    const pipelined = this.settings.lockPipelining && this.scriptProven;
-    if (pipelined) stats.blocksPipelined++;
-    this.sendScript(block, false, pipelined);
-    return !pipelined;
+    if (this.method === null) {
+      this.askServerVersion(block);
+      return true;
+    }
+    return this.send(block);
   }
 
   private onHoldTimeout(): void {
@@ -197,107 +192,108 @@ export class LockBlocks {
     if (this.holding) this.release('hold-timeout');
   }
 
-  private sendScript(block: PendingBlock, withSource: boolean, pipelined: boolean): void {
-    if (!pipelined) this.port.holdClient();
-    if (withSource) this.askAgain(block);
-    this.port.writeUpstream(encodeLockCall(block.call, withSource));
-    this.replies.capture((reply) => this.onScriptReply(reply, block, withSource, pipelined));
+  /** Sends a complete block the connection's way; true when the client must wait for the script. */
+  private send(block: CompleteBlock): boolean {
+    if (this.method === 'script') {
+      this.sendScript(block, false);
+      return true;
+    }
+    const rewritten = withExpireNx(block.bytes);
+    this.port.writeUpstream(rewritten ?? block.bytes);
+    this.port.blockSent(BLOCK_FRAMES, true);
+    if (rewritten === null) this.settings.stats.countRelease('unreadable-block');
+    else this.settings.stats.blockRewritten(block.rule.name, 'transaction');
+    return false;
   }
 
-  private onScriptReply(reply: Buffer, block: PendingBlock, withSource: boolean, pipelined: boolean): void {
+  /** Asks the server's version before the connection's first block; the client waits. */
+  private askServerVersion(block: CompleteBlock): void {
+    this.port.holdClient();
+    this.port.writeUpstream(HELLO);
+    this.replies.capture((reply) => {
+      const version = methodFromHello(reply);
+      this.method = version.method;
+      if (version.method !== null) {
+        this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
+      }
+      if (version.method === null) {
+        // Not authenticated: Redis refuses the block itself, as it would without the proxy.
+        this.settings.stats.countRelease('not-authenticated');
+        this.askAgain(block);
+        this.port.writeUpstream(block.bytes);
+        this.port.blockSent(BLOCK_FRAMES, true);
+      } else {
+        this.askAgain(block);
+        if (this.send(block)) return; // the script's reply resumes the client
+      }
+      this.port.resumeClient();
+    });
+  }
+
+  private sendScript(block: CompleteBlock, withSource: boolean): void {
+    this.port.holdClient();
+    if (withSource) this.askAgain(block);
+    this.port.writeUpstream(encodeLockCall(block.call, withSource));
+    this.replies.capture((reply) => this.onScriptReply(reply, block, withSource));
+  }
+
+  private onScriptReply(reply: Buffer, block: CompleteBlock, withSource: boolean): void {
     const outcome = translateScriptReply(reply);
     switch (outcome.kind) {
       case 'replies':
-        this.settings.stats.blockRewritten(block.rule.name);
-        this.scriptProven = true;
+        this.settings.stats.blockRewritten(block.rule.name, 'script');
         this.port.writeClient(outcome.bytes);
         break;
       case 'error':
-        if (pipelined) {
-          if (this.redirects?.isRedirect(outcome.message)) this.answerRedirected(reply, outcome.message, block);
-          else this.abandonPipelining(outcome.message, block);
-          return;
-        }
         if (!withSource && outcome.message.startsWith('-NOSCRIPT')) {
           // The script cache was flushed (SCRIPT FLUSH, restart, failover): send the source. Nothing
           // else was sent after the EVALSHA, so nothing is reordered.
           this.settings.stats.scriptReloads++;
-          this.sendScript(block, true, false);
+          this.sendScript(block, true);
           return;
         }
         this.fallBack(outcome.message, block);
         break;
-      case 'unexpected':
+      case 'unknown':
+        // The increment may have run: sending the block again could count twice, and faking
+        // replies would lie. The client sees what a network failure looks like.
+        this.settings.stats.blockClosed(block.rule.name);
         this.port.log.error(
-          { reply: outcome.message, key: describeKey(block.call.key) },
-          'cannot interpret the script reply; closing the connection',
+          { reason: outcome.message, key: describeKey(block.call.key) },
+          'lock script outcome unknown; closing the connection',
         );
-        this.port.destroy();
+        this.port.closeAfterReplies();
         return;
     }
-    if (!pipelined) this.port.resumeClient();
+    this.port.resumeClient();
   }
 
-  /** The script could not run: the original block goes upstream as the client sent it. */
-  private fallBack(message: string, block: PendingBlock): void {
-    const reason = this.noteFallback(
-      message,
-      block,
-      'lock script could not run; sending the original block unchanged (logged once per connection and reason)',
-    );
+  /** The script wrote nothing: the original block goes upstream as the client sent it, for Redis to answer. */
+  private fallBack(message: string, block: CompleteBlock): void {
+    const reason = /^-(\S+)/.exec(message)?.[1] ?? 'ERR';
+    if (!this.fallbackReasonsLogged.has(reason)) {
+      this.fallbackReasonsLogged.add(reason);
+      // A cluster's key check (the key's slot is elsewhere) is routine: the client follows the redirect.
+      const level = CLUSTER_REDIRECT.test(message) ? 'debug' : 'warn';
+      this.port.log[level](
+        { reason, error: message, rule: block.rule.name, key: describeKey(block.call.key) },
+        'lock script could not run; sending the original block unchanged (logged once per connection and reason)',
+      );
+    }
     this.settings.stats.blockFallback(block.rule.name, reason);
     this.askAgain(block);
-    this.port.writeUpstream(joined(block.held));
+    this.port.writeUpstream(block.bytes);
     this.replies.expect(BLOCK_FRAMES);
   }
 
   /**
-   * The block followed an ASKING, which the first script call used up: a retry or the fallback
-   * sends ASKING again, and its +OK stays with the proxy.
+   * The block followed an ASKING, which a command of the proxy's own used up (ASKING lasts one
+   * command): it is sent again before the block, and its +OK stays with the proxy.
    */
-  private askAgain(block: PendingBlock): void {
+  private askAgain(block: CompleteBlock): void {
     if (!block.asking) return;
     this.port.writeUpstream(ASKING);
     this.replies.capture(() => {});
-  }
-
-  /**
-   * A pipelined script call was refused by the cluster's key check. Redis refuses the block's
-   * INCR[BY] and [P]EXPIRE on the same key with the same error and then aborts the EXEC, having
-   * run nothing: the client gets exactly those replies.
-   */
-  private answerRedirected(reply: Buffer, message: string, block: PendingBlock): void {
-    const reason = this.noteFallback(
-      message,
-      block,
-      'pipelined lock script redirected by the cluster; answering as Redis answers the block',
-    );
-    this.settings.stats.blockFallback(block.rule.name, reason);
-    this.port.writeClient((this.redirects as BlockRedirects).redirectedBlock(reply));
-  }
-
-  /**
-   * A pipelined script call failed where the script had worked before (an ACL change, SCRIPT
-   * FLUSH, a busy or out-of-memory server). What the client sent after the block has already
-   * run, so sending the block now would reorder it: the connection is closed instead. The
-   * client's reconnection starts unproven, so its first block takes the ordered path.
-   */
-  private abandonPipelining(message: string, block: PendingBlock): void {
-    const reason = this.noteFallback(message, block, 'pipelined lock script failed; closing the connection to keep the order of commands');
-    this.settings.stats.blockFallback(block.rule.name, `${reason} (connection closed)`);
-    this.port.abandon();
-  }
-
-  /** Logs a script failure once per connection and reason; returns the reason (the error's first word). */
-  private noteFallback(message: string, block: PendingBlock, text: string): string {
-    const reason = /^-(\S+)/.exec(message)?.[1] ?? 'ERR';
-    if (!this.fallbackReasonsLogged.has(reason)) {
-      this.fallbackReasonsLogged.add(reason);
-      // A redirect is routine in a cluster (the client follows it), not a problem to report.
-      const level = this.redirects?.isRedirect(message) ? 'debug' : 'warn';
-      this.port.log[level]({ reason, error: message, rule: block.rule.name, key: describeKey(block.call.key) }, text);
-    }
-    return reason;
   }
 }
 

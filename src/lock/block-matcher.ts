@@ -1,30 +1,15 @@
 /**
- * Recognises the one transaction shape the proxy rewrites:
- *
- *     MULTI
- *     INCR k            | INCRBY k <int64>
- *     EXPIRE k <secs>   | PEXPIRE k <ms>      (no NX/XX/GT/LT)
- *     EXEC
- *
- * on a key a rule names. It is fed the head of each frame after MULTI and
- * answers, as early as possible, whether the block can still match.
+ * Recognises the one transaction shape the proxy rewrites (block-shape.ts) on a key a rule
+ * names. It is fed the head of each frame after MULTI and answers, as early as possible,
+ * whether the block can still match.
  */
 import { Cmd } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
 import type { Rule, RuleSet } from '../rules/types.js';
 import { isRedisInteger, isRewritableExpiry } from './integers.js';
-import type { LockCall } from './script.js';
+import { BLOCK_COMMANDS, type LockCall } from './block-shape.js';
 
 const ONE = Buffer.from('1');
-/** The block's command names, upper case, as the script call names them too. */
-export const BLOCK_COMMANDS = {
-  MULTI: Buffer.from('MULTI'),
-  INCR: Buffer.from('INCR'),
-  INCRBY: Buffer.from('INCRBY'),
-  EXPIRE: Buffer.from('EXPIRE'),
-  PEXPIRE: Buffer.from('PEXPIRE'),
-  EXEC: Buffer.from('EXEC'),
-} as const;
 const { MULTI, INCR, INCRBY, EXPIRE, PEXPIRE, EXEC } = BLOCK_COMMANDS;
 
 export const enum BlockStep {
@@ -36,6 +21,11 @@ export const enum BlockStep {
   Exec,
   /** The whole block matched. */
   Complete,
+}
+
+/** How many of the block's frames a matcher at `step` has taken, the MULTI included. */
+export function framesTaken(step: BlockStep): number {
+  return 1 + (step >= BlockStep.Expire ? 1 : 0) + (step >= BlockStep.Exec ? 1 : 0) + (step >= BlockStep.Complete ? 1 : 0);
 }
 
 export class BlockMatcher {
@@ -101,7 +91,7 @@ export class BlockMatcher {
     }
   }
 
-  /** The script call for a complete block. */
+  /** What a complete block asks for. */
   call(): LockCall {
     return { key: this.key, increment: this.increment, delta: this.delta, expire: this.expire, ttl: this.ttl };
   }

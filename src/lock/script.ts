@@ -1,68 +1,78 @@
 /**
- * The Lua script that replaces a matched lock block, the command that runs
- * it, and the translation of its reply back into the four replies the client
- * expects from MULTI / INCR[BY] / [P]EXPIRE / EXEC.
+ * The lock block as one Lua script: the way for servers without `EXPIRE ... NX` (Redis before
+ * 7.0), and the one --lock-method script chooses. The command that runs it, and the translation
+ * of its reply back into the four replies the client expects from MULTI / INCR[BY] / [P]EXPIRE /
+ * EXEC.
+ *
+ * The script is total: it either writes nothing and says why (an error reply; the proxy then
+ * sends the original block, which Redis answers in its own words), or it runs the increment and
+ * reports everything after it in its reply. It never fails after the increment, so the original
+ * block is never sent where the increment may have run.
+ *
+ * 1. What Redis would refuse while queueing the block is refused before anything is written: on
+ *    Redis 7.0+ `redis.acl_check_cmd` asks for MULTI, the increment, the expiry and EXEC as the
+ *    connection's user; before 7.0 the expiry is read first (PTTL), so that a refused read
+ *    writes nothing. (Before 7.0 a user refused MULTI, EXEC or EXPIRE cannot be told apart in
+ *    advance: see the README.)
+ * 2. The increment runs with pcall. An error of its execution (wrong type, not an integer,
+ *    overflow) lands inside the array exactly where EXEC would put it; any other error (OOM,
+ *    READONLY, ...) is one Redis raises before running a command, and is returned as it is.
+ * 3. The expiry is applied only when the key has none (EXPIRE ... NX, or the PTTL read first):
+ *    a key the increment just created, or one that lost its expiry (healed). An error of the
+ *    expiry comes back inside the array.
+ * 4. Counters beyond 2^53 cannot cross Lua's doubles exactly, so their exact value is read back
+ *    with GETEX (a GET flagged as a write command, so a client with CLIENT TRACKING on is sent no
+ *    invalidation the block never caused), or GET where GETEX is refused or missing (before
+ *    6.2). If neither may run, the first element is nil: the increment ran but its value cannot
+ *    be given, and the proxy closes the connection as a network failure would.
+ *
+ * On the normal path the script calls no read-only command on Redis 7.0+: inside a script
+ * those make Redis track the key for a client with CLIENT TRACKING on.
  */
 import { createHash } from 'node:crypto';
 import { appendBulks, encodeHead } from '../resp/encode.js';
-import { BLOCK_COMMANDS } from './block-matcher.js';
-import { REPLIES_HEAD } from './block-replies.js';
+import { BLOCK_COMMANDS, REPLIES_HEAD, type LockCall } from './block-shape.js';
 
-/**
- * KEYS[1]: the key. ARGV: increment command, delta, expiry command, expiry.
- *
- * The increment runs with pcall so that an execution error (wrong type, not
- * an integer, overflow) lands inside the array exactly where EXEC would have
- * put it. Any other error (OOM, READONLY, NOPERM, ...) is one that Redis
- * would have raised while queueing the original block, which then behaves
- * differently (EXECABORT); the script returns it as its own error, having
- * written nothing, and the proxy sends the original block instead.
- *
- * The expiry is applied only when the key has none after the increment
- * (EXPIRE ... NX): that is a key the increment just created, or one that lost
- * its expiry (healed). A lock somebody holds keeps the expiry its owner set.
- * Redis before 7.0 has no NX; there the script asks PTTL instead.
- *
- * The script calls no read-only command on the normal path: inside a script
- * those make Redis track the key for a client that has CLIENT TRACKING on,
- * and the client would receive invalidation pushes the original block never
- * caused. Counters beyond 2^53 cannot cross Lua's doubles exactly, so their
- * exact value is read back with GETEX (a GET flagged as a write command).
- */
 export const LOCK_SCRIPT = `-- redis-lock-proxy: expire-on-create
-local key = KEYS[1]
+local key, incr, delta, expire, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local check = redis.acl_check_cmd
+local before
+if check then
+  local allowed
+  if incr == 'INCR' then allowed = check('INCR', key) else allowed = check('INCRBY', key, delta) end
+  if not (allowed and check('MULTI') and check(expire, key, ttl, 'NX') and check('EXEC')) then
+    return redis.error_reply('NOPERM the lock block is not allowed for this user')
+  end
+else
+  before = redis.pcall('PTTL', key)
+  if type(before) == 'table' then return before end
+end
 local n
-if ARGV[1] == 'INCR' then n = redis.pcall('INCR', key) else n = redis.pcall('INCRBY', key, ARGV[2]) end
+if incr == 'INCR' then n = redis.pcall('INCR', key) else n = redis.pcall('INCRBY', key, delta) end
 if type(n) == 'table' then
   local e = n.err
-  if not (string.find(e, 'WRONGTYPE ', 1, true) == 1
+  if not (string.find(e, 'WRONGTYPE', 1, true) == 1
       or string.find(e, 'ERR value is not an integer', 1, true) == 1
       or string.find(e, 'ERR increment or decrement would overflow', 1, true) == 1) then
     return n
   end
 end
-local applied = redis.pcall(ARGV[3], key, ARGV[4], 'NX')
-if type(applied) == 'table' then
-  applied = 0
-  if redis.call('PTTL', key) == -1 then applied = redis.call(ARGV[3], key, ARGV[4]) end
+local applied = 0
+if check then
+  applied = redis.pcall(expire, key, ttl, 'NX')
+elseif before < 0 then
+  applied = redis.pcall(expire, key, ttl)
 end
-if type(n) == 'number' and (n >= 9007199254740992 or n <= -9007199254740992) then n = redis.call('GETEX', key) end
+if type(n) == 'number' and (n >= 9007199254740992 or n <= -9007199254740992) then
+  local exact = redis.pcall('GETEX', key)
+  if type(exact) ~= 'string' then exact = redis.pcall('GET', key) end
+  if type(exact) ~= 'string' then return {false, applied} end
+  n = exact
+end
 return {n, applied}
 `;
 
 export const LOCK_SCRIPT_SHA = createHash('sha1').update(LOCK_SCRIPT).digest('hex');
-
-/** What the script is asked to do, from a matched block. */
-export interface LockCall {
-  key: Buffer;
-  /** INCR or INCRBY */
-  increment: 'INCR' | 'INCRBY';
-  /** Delta as sent (INCRBY), or "1" for INCR. */
-  delta: Buffer;
-  /** EXPIRE or PEXPIRE */
-  expire: 'EXPIRE' | 'PEXPIRE';
-  ttl: Buffer;
-}
 
 /** What every script call starts with: EVALSHA (or EVAL with the source), the script, one key. */
 const EVALSHA_HEAD = encodeHead(8, 'EVALSHA', LOCK_SCRIPT_SHA, '1');
@@ -81,11 +91,11 @@ export function encodeLockCall(call: LockCall, withSource: boolean): Buffer {
 
 export type ScriptOutcome =
   /** The script ran: these are the client's four replies. */
-  | { kind: 'replies'; bytes: Buffer; counter: string; applied: boolean }
-  /** The script did not run (or refused to): send the original block. */
+  | { kind: 'replies'; bytes: Buffer }
+  /** The script wrote nothing (it refused, or Redis did not run it): send the original block. */
   | { kind: 'error'; message: string }
-  /** A reply the proxy cannot interpret; the script may have run. */
-  | { kind: 'unexpected'; message: string };
+  /** The increment may have run but the reply cannot say how: the connection must be closed. */
+  | { kind: 'unknown'; message: string };
 
 /** Reads one `<prefix><text>\r\n` line starting at `pos`; returns the text end, or -1. */
 function lineEnd(reply: Buffer, pos: number): number {
@@ -99,42 +109,38 @@ export function translateScriptReply(reply: Buffer): ScriptOutcome {
   if (type === 0x2d /* - */ || type === 0x21 /* ! */) {
     return { kind: 'error', message: reply.toString('latin1').replace(/\r\n$/, '').slice(0, 200) };
   }
-  const unexpected = (): ScriptOutcome => ({
-    kind: 'unexpected',
-    message: `unexpected script reply ${JSON.stringify(reply.subarray(0, 80).toString('latin1'))}`,
+  const unknown = (why: string): ScriptOutcome => ({
+    kind: 'unknown',
+    message: `${why}: ${JSON.stringify(reply.subarray(0, 80).toString('latin1'))}`,
   });
-  if (!reply.subarray(0, 4).equals(REPLIES_HEAD.subarray(REPLIES_HEAD.length - 4))) return unexpected();
+  if (!reply.subarray(0, 4).equals(REPLIES_HEAD.subarray(REPLIES_HEAD.length - 4))) return unknown('unexpected script reply');
 
-  // First element: the counter (integer, or a bulk string for huge values), or the increment's error.
+  // First element: the counter (an integer, or a bulk string for huge values), or the increment's error.
   let pos = 4;
   let end = lineEnd(reply, pos);
-  if (end === -1) return unexpected();
+  if (end === -1) return unknown('unexpected script reply');
   let first: Buffer;
-  let counter: string;
   if (reply[pos] === 0x3a /* : */ || reply[pos] === 0x2d /* - */) {
     first = reply.subarray(pos, end + 2);
-    counter = reply[pos] === 0x3a ? reply.toString('latin1', pos + 1, end) : '';
     pos = end + 2;
-  } else if (reply[pos] === 0x24 /* $ */) {
+  } else if (reply[pos] === 0x24 /* $ */ && reply[pos + 1] !== 0x2d /* $-1: nil */) {
     const length = Number(reply.toString('latin1', pos + 1, end));
     const start = end + 2;
-    counter = reply.toString('latin1', start, start + length);
-    if (!/^-?\d+$/.test(counter)) return unexpected();
+    const counter = reply.toString('latin1', start, start + length);
+    if (!/^-?\d+$/.test(counter)) return unknown('unexpected script reply');
     first = Buffer.from(`:${counter}\r\n`, 'latin1');
     pos = start + length + 2;
+  } else if (reply[pos] === 0x24 || reply[pos] === 0x5f /* _ */) {
+    return unknown('the counter was incremented but may not be read by this user');
   } else {
-    return unexpected();
+    return unknown('unexpected script reply');
   }
 
-  // Second element: whether the expiry was applied.
+  // Second element: whether the expiry was applied, or its error.
   end = lineEnd(reply, pos);
-  if (end === -1 || reply[pos] !== 0x3a || end + 2 !== reply.length) return unexpected();
-  const applied = reply.toString('latin1', pos + 1, end);
-  if (applied !== '0' && applied !== '1') return unexpected();
-  return {
-    kind: 'replies',
-    bytes: Buffer.concat([REPLIES_HEAD, first, reply.subarray(pos)]),
-    counter,
-    applied: applied === '1',
-  };
+  if (end === -1 || end + 2 !== reply.length) return unknown('unexpected script reply');
+  const second = reply.subarray(pos, end + 2);
+  const valid = second[0] === 0x2d || (second.length === 4 && second[0] === 0x3a && (second[1] === 0x30 || second[1] === 0x31));
+  if (!valid) return unknown('unexpected script reply');
+  return { kind: 'replies', bytes: Buffer.concat([REPLIES_HEAD, first, second]) };
 }

@@ -25,17 +25,18 @@ export const Cmd = {
   /**
    * Commands after which replies can no longer be counted one per request:
    * the (un)subscribe family (one reply per channel, and pushes in RESP2 look
-   * like replies), MONITOR (an endless stream), SYNC/PSYNC (replication stream).
+   * like replies), MONITOR (an endless stream), REPLCONF (no reply at all to
+   * its ACK and GETACK options: replication.c replconfCommand).
    */
   Uncountable: 13,
-  /** AUTH and HELLO: they can change the connection's user, and so what it may run. */
-  Auth: 14,
   /** CLUSTER: SLOTS, SHARDS, NODES and REPLICAS replies carry node addresses (rewritten with --cluster). */
   Cluster: 15,
   /** ASKING: lets the next command run on a node importing its slot. */
   Asking: 16,
   /** SET: `SET key value NX EX n` is how fixed releases take a lock (counted, never changed). */
   Set: 17,
+  /** SYNC and PSYNC: the connection becomes a replica's, carrying the replication stream (RESET is refused there). */
+  Replication: 18,
 } as const;
 export type Cmd = (typeof Cmd)[keyof typeof Cmd];
 
@@ -63,10 +64,9 @@ const NAMES: Array<[string, Cmd]> = [
   ['punsubscribe', Cmd.Uncountable],
   ['sunsubscribe', Cmd.Uncountable],
   ['monitor', Cmd.Uncountable],
-  ['sync', Cmd.Uncountable],
-  ['psync', Cmd.Uncountable],
-  ['auth', Cmd.Auth],
-  ['hello', Cmd.Auth],
+  ['replconf', Cmd.Uncountable],
+  ['sync', Cmd.Replication],
+  ['psync', Cmd.Replication],
   ['cluster', Cmd.Cluster],
   ['asking', Cmd.Asking],
   ['set', Cmd.Set],

@@ -3,6 +3,7 @@
  * shape a connection's behaviour, the logger and the counters.
  */
 import type { ClusterReplies } from '../cluster/node-replies.js';
+import type { LockMethodSetting } from '../lock/lock-method.js';
 import type { Logger } from '../log.js';
 import type { RuleMode, RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
@@ -19,8 +20,8 @@ export interface ProxyContext {
   readonly connectTimeoutMs: number;
   /** Close a client connection idle this long (0: never). */
   readonly idleTimeoutMs: number;
-  /** Forward what follows a lock block without waiting for its script, once the script has worked on the connection. */
-  readonly lockPipelining: boolean;
+  /** How lock blocks are fixed (lock/lock-method.ts). */
+  readonly lockMethod: LockMethodSetting;
   /** Set with --cluster. */
   readonly cluster?: ClusterReplies | null;
   readonly log: Logger;

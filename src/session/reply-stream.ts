@@ -1,14 +1,18 @@
 /**
  * The server-to-client side of one connection: replies are counted (not decoded) against what
- * was forwarded, so that the replies to the proxy's own commands (the lock script, AUTH/SELECT
- * at connect, a cluster reply to rewrite) are found and taken aside, in order, and everything
- * else goes to the client untouched.
+ * was forwarded, so that the replies to the proxy's own commands (the server's version, the lock
+ * script, AUTH/SELECT at connect and after RESET, a cluster reply to rewrite) are found and taken
+ * aside, in order, and everything else goes to the client untouched.
  *
- * Replies expected for forwarded frames come first (`outstanding`); then each of the proxy's
- * own replies (a capture), each followed by the replies of frames forwarded after it. When the
- * count is lost (more replies than requests, a stream that is not RESP), the connection stops
- * being interpreted, unless a reply of the proxy's own is due: then its state is unknown, and
- * the session closes rather than fake it.
+ * Replies expected for forwarded frames come first (`outstanding`); then marks, in order, each
+ * followed by the replies of frames forwarded after it:
+ * - a capture: the reply to a command of the proxy's own;
+ * - a reset: the connection was a plain pipe when the client sent RESET, so the replies before
+ *   Redis's `+RESET` cannot be counted; they pass through until it, and counting starts again.
+ *
+ * When the count is lost (more replies than requests, a stream that is not RESP), the connection
+ * stops being interpreted, unless a reply of the proxy's own is due: then its state is unknown,
+ * and the session closes rather than fake it.
  */
 import { RedirectLines } from '../cluster/redirect-lines.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
@@ -25,23 +29,29 @@ export interface ReplyStreamPort {
   lost(reason: string): void;
 }
 
-/** The reply to a command the proxy sent itself, and how many forwarded replies follow it. */
-interface Capture {
-  readonly handle: (reply: Buffer) => void;
-  /** Replies of frames forwarded after the proxy's command. */
-  after: number;
-}
+/** A point in the reply stream, and how many forwarded replies follow it. */
+type Mark =
+  /** The reply to a command the proxy sent itself. */
+  | { readonly kind: 'capture'; readonly handle: (reply: Buffer) => void; after: number }
+  /** Replies pass uncounted until Redis's `+RESET` (the client's RESET, sent while the connection was a pipe). */
+  | { readonly kind: 'reset'; after: number };
+
+/** RESET's reply (networking.c resetCommand: addReplyStatus(c,"RESET")). */
+const RESET_REPLY = Buffer.from('+RESET\r\n');
 
 export class ReplyStream {
   private readonly scanner = new ReplyScanner();
-  /** Replies still expected for forwarded frames, before any capture. */
+  /** Replies still expected for forwarded frames, before any mark. */
   private outstanding = 0;
-  /** The proxy's own replies, expected after `outstanding` others, in order. */
-  private captures: Capture[] = [];
+  /** Marks still ahead, in stream order. */
+  private marks: Mark[] = [];
   private captureParts: Buffer[] = [];
+  /** The first bytes of the frame passing before a reset mark, to tell whether it is `+RESET`. */
+  private readonly frameHead = Buffer.alloc(RESET_REPLY.length + 1);
+  private frameHeadLength = 0;
   /** Replies are no longer counted: bytes go to the client as they come. */
   private passing = false;
-  /** Stop counting once the proxy's own replies due now are in (the connection became a pipe). */
+  /** Stop counting once the marks due now are passed (the connection became a pipe). */
   private passWhenDone = false;
   /** In front of a cluster: -MOVED/-ASK lines are rewritten, even once replies are no longer counted. */
   private readonly redirects: RedirectLines | null;
@@ -64,35 +74,41 @@ export class ReplyStream {
 
   /** Whether any reply is still due: for a forwarded frame, or of the proxy's own. */
   get pending(): boolean {
-    return this.outstanding > 0 || this.captures.length > 0;
+    return this.outstanding > 0 || this.marks.length > 0;
   }
 
   /** Whether a reply of the proxy's own is still due. */
   get capturing(): boolean {
-    return this.captures.length > 0;
+    for (const mark of this.marks) if (mark.kind === 'capture') return true;
+    return false;
   }
 
-  /** `count` replies come for frames just forwarded: after the last of the proxy's own in flight, if any. */
+  /** `count` replies come for frames just forwarded: after the last mark, if any. */
   expect(count: number): void {
-    if (this.captures.length === 0) this.outstanding += count;
-    else this.captures[this.captures.length - 1].after += count;
+    if (this.marks.length === 0) this.outstanding += count;
+    else this.marks[this.marks.length - 1].after += count;
   }
 
   /** The reply to the command just sent is the proxy's own: it goes to `handle`, not to the client. */
   capture(handle: (reply: Buffer) => void): void {
-    this.captures.push({ handle, after: 0 });
+    this.marks.push({ kind: 'capture', handle, after: 0 });
     this.passing = false;
   }
 
-  /** The proxy's own replies still due will never be used (the connection is being closed). */
-  dropCaptures(): void {
-    this.captures = [];
+  /**
+   * The client sent RESET while the connection was a plain pipe: Redis's `+RESET` is found in the
+   * stream (what comes before it passes uncounted), and from it on, replies are counted again.
+   */
+  countAgainAfterReset(): void {
+    this.marks.push({ kind: 'reset', after: 0 });
+    this.passing = false;
+    this.passWhenDone = false;
   }
 
-  /** Replies stop being counted: at once, or after the proxy's own replies still due. */
+  /** Replies stop being counted: at once, or after the marks still due. */
   stopCounting(): void {
     this.passWhenDone = true;
-    if (this.captures.length === 0) this.passing = true;
+    if (this.marks.length === 0) this.passing = true;
   }
 
   /** Redis closed: a redirect line held across reads goes to the client as it is. */
@@ -119,8 +135,8 @@ export class ReplyStream {
         if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
         continue;
       }
-      if (this.captures.length === 0 || this.outstanding > 0) {
-        const limit = this.captures.length === 0 ? Number.MAX_SAFE_INTEGER : this.outstanding;
+      if (this.marks.length === 0 || this.outstanding > 0) {
+        const limit = this.marks.length === 0 ? Number.MAX_SAFE_INTEGER : this.outstanding;
         pos = scanner.scan(chunk, pos, limit);
         if (scanner.error !== '') return this.desync(chunk, from, scanner.error);
         this.outstanding -= scanner.replies;
@@ -128,10 +144,16 @@ export class ReplyStream {
         if (this.outstanding < 0) this.unexpectedReplies(chunk, from);
         continue;
       }
-      // The next reply that is not a push answers the proxy's own command (or is one it rewrites).
+      // The next frame is the mark's: a reply of the proxy's own (pushes excepted), or one passing before +RESET.
       const frameBegin = scanner.atFrameBoundary ? pos : from;
       pos = scanner.scan(chunk, pos, 1, true);
       if (scanner.error !== '') return this.desync(chunk, from, scanner.error);
+      if (this.marks[0].kind === 'reset') {
+        this.noteFrameHead(chunk, frameBegin, pos);
+        if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
+        if (scanner.atFrameBoundary && this.frameEnded()) this.passMark();
+        continue;
+      }
       if (scanner.isPush) continue;
       this.port.writeClient(chunk.subarray(from, frameBegin));
       this.captureParts.push(chunk.subarray(frameBegin, pos));
@@ -143,20 +165,39 @@ export class ReplyStream {
     this.port.writeClient(from === 0 ? chunk : chunk.subarray(from));
   }
 
+  /** Keeps the first bytes of the frame passing before a reset mark (it may span reads). */
+  private noteFrameHead(chunk: Buffer, begin: number, end: number): void {
+    const take = Math.min(end - begin, this.frameHead.length - this.frameHeadLength);
+    if (take > 0) this.frameHeadLength += chunk.copy(this.frameHead, this.frameHeadLength, begin, begin + take);
+  }
+
+  /** A frame passed before a reset mark: whether it was Redis's `+RESET`. */
+  private frameEnded(): boolean {
+    const isReset = this.frameHeadLength === RESET_REPLY.length && RESET_REPLY.equals(this.frameHead.subarray(0, RESET_REPLY.length));
+    this.frameHeadLength = 0;
+    return isReset;
+  }
+
+  /** The mark at the head is passed: the replies that follow it are counted. */
+  private passMark(): Mark {
+    const mark = this.marks.shift() as Mark;
+    this.outstanding += mark.after;
+    if (this.passWhenDone && this.marks.length === 0) this.passing = true;
+    return mark;
+  }
+
   /** A whole reply of the proxy's own is in: to its handler. */
   private captured(): void {
     const reply = this.captureParts.length === 1 ? this.captureParts[0] : Buffer.concat(this.captureParts);
     this.captureParts = [];
-    const capture = this.captures.shift() as Capture;
-    this.outstanding += capture.after;
-    capture.handle(reply);
-    if (this.passWhenDone && this.captures.length === 0) this.passing = true;
+    const mark = this.passMark();
+    if (mark.kind === 'capture') mark.handle(reply);
   }
 
   /** More replies than requests: something the proxy did not account for. */
   private unexpectedReplies(chunk: Buffer, from: number): void {
     this.outstanding = 0;
-    if (this.captures.length > 0) {
+    if (this.capturing) {
       this.desync(chunk, from, 'more replies than requests');
       return;
     }
@@ -165,7 +206,7 @@ export class ReplyStream {
 
   private desync(chunk: Buffer, from: number, reason: string): void {
     this.redirectScan = false;
-    if (this.captures.length > 0) {
+    if (this.capturing) {
       this.port.lost(reason);
       return;
     }

@@ -1,12 +1,13 @@
 /**
- * A connection's transaction state as Redis holds it (MULTI, WATCH, the ASKING flag, the user),
- * followed from the frames the client sends: a scanned frame in, what it means out. No sockets,
- * so every rule here is tested on its own (test/transaction-state.test.ts).
+ * A connection's transaction state as Redis holds it (MULTI, WATCH, the ASKING flag), followed
+ * from the frames the client sends: a scanned frame in, what it means out. No sockets, so every
+ * rule here is tested on its own (test/transaction-state.test.ts).
  *
  * Redis refuses a command with the wrong number of arguments before running it, so the state
  * changes only on the exact arities: `MULTI x` opens no transaction, `WATCH` without a key
- * watches nothing, `UNWATCH x` and `RESET x` change nothing (server.c processCommand checks
- * arity before MULTI queueing and before the command runs).
+ * watches nothing, `UNWATCH x`, `DISCARD x` and `RESET x` change nothing (server.c
+ * processCommand checks arity before MULTI queueing and before the command runs). EXEC is the
+ * exception: refused for any reason, it aborts the transaction.
  */
 import { Cmd, equalsIgnoreCase } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
@@ -19,10 +20,12 @@ export const enum FrameMeaning {
   Reply,
   /**
    * Replies can no longer be counted (SUBSCRIBE and the rest of its family, MONITOR, CLIENT REPLY,
-   * replication, an inline command with quoting the proxy does not interpret): the connection
-   * is a plain pipe from here on.
+   * REPLCONF, an inline command with quoting the proxy does not interpret): the connection is a
+   * plain pipe until a RESET puts it back in a known state.
    */
   Untrackable,
+  /** SYNC or PSYNC: the connection carries a replication stream; it stays a plain pipe. */
+  Replication,
 }
 
 const REPLY = Buffer.from('reply');
@@ -44,9 +47,6 @@ export class TransactionState {
   closed = false;
   /** It was queued in the transaction, as number `queuedIndex` (0-based); -1 when it ran at once. */
   queuedIndex = -1;
-  /** It may have changed the connection's user (AUTH, HELLO, RESET): scripts must prove themselves again. */
-  userChanged = false;
-
   /** Whether a MULTI sent now could start a lock block: not inside a transaction, no WATCH. */
   get canStartBlock(): boolean {
     return !this.inMulti && !this.watching;
@@ -57,9 +57,9 @@ export class TransactionState {
     this.opened = false;
     this.closed = false;
     this.queuedIndex = -1;
-    this.userChanged = false;
     const cmd = scanner.cmd;
     if (cmd === Cmd.Empty) return FrameMeaning.NoReply;
+    if (cmd === Cmd.Replication) return FrameMeaning.Replication;
     if (scanner.inlineOpaque || cmd === Cmd.Uncountable || isClientReply(scanner)) return FrameMeaning.Untrackable;
     const argc = scanner.argc;
     const queued = this.inMulti && queuedInMulti(cmd);
@@ -68,6 +68,10 @@ export class TransactionState {
         if (argc === 1 && !this.inMulti) this.open();
         break;
       case Cmd.Exec:
+        // Refused (wrong arity, ACL, -BUSY, ...), EXEC still ends the transaction: server.c
+        // rejectCommand calls execCommandAbort for it (Redis 6.2+).
+        if (this.inMulti) this.close();
+        break;
       case Cmd.Discard:
         if (argc === 1 && this.inMulti) this.close();
         break;
@@ -78,13 +82,7 @@ export class TransactionState {
         if (argc === 1 && !this.inMulti) this.watching = false;
         break;
       case Cmd.Reset:
-        if (argc === 1) {
-          this.close();
-          this.userChanged = true;
-        }
-        break;
-      case Cmd.Auth:
-        this.userChanged = true; // another user may not be allowed to run scripts
+        if (argc === 1) this.close();
         break;
     }
     if (queued) this.queuedIndex = this.queued++;

@@ -314,7 +314,7 @@ async function startTargets(tools: Tools, options: Options, dir: string, fdLimit
   const redis = await startRedis(tools.redisServer, dir);
   const proxy = await startProxy(redis.port);
   const baseline = options.baseline ? await startBaseline(redis.port, options.baseline) : null;
-  const pipelined = await startProxy(redis.port, ['--lock-pipelining']);
+  const scripted = await startProxy(redis.port, ['--lock-method', 'script']);
   const haproxy = tools.haproxy ? await startHaproxy(tools.haproxy, redis.port, dir, fdLimit) : null;
   if (haproxy && haproxyMaxconn(fdLimit) < 10_000) {
     log(`bench: haproxy maxconn ${haproxyMaxconn(fdLimit)}, not 10000: it needs 2 files per connection and the limit is ${fdLimit}`);
@@ -338,12 +338,11 @@ async function startTargets(tools: Tools, options: Options, dir: string, fdLimit
   return {
     redis,
     proxy,
-    running: [redis, proxy, ...(baseline ? [baseline] : []), pipelined, ...(haproxy ? [haproxy] : []), ...(nutcracker ? [nutcracker] : [])],
+    running: [redis, proxy, ...(baseline ? [baseline] : []), scripted, ...(haproxy ? [haproxy] : []), ...(nutcracker ? [nutcracker] : [])],
     targets,
     lockTargets: [
-      // The baseline takes the ordered path, like 'proxy': no --lock-pipelining.
       ...targets.filter((t) => t.name === 'direct' || t.name === 'proxy' || t.name === 'baseline'),
-      { name: 'pipelined' as const, port: pipelined.port },
+      { name: 'script' as const, port: scripted.port },
       ...targets.filter((t) => t.name === 'haproxy'),
     ],
     absent,

@@ -27,14 +27,14 @@ import { ReplyCounter } from './resp-counter.js';
 
 export const HOST = '127.0.0.1';
 
-export type TargetName = 'direct' | 'proxy' | 'baseline' | 'pipelined' | 'haproxy' | 'nutcracker';
+export type TargetName = 'direct' | 'proxy' | 'baseline' | 'script' | 'haproxy' | 'nutcracker';
 /**
  * The targets of the pass-through and latency loads. 'baseline' is the proxy
  * as built in another checkout (--baseline DIR); it runs only when asked for.
  */
 export const TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'haproxy', 'nutcracker'];
-/** The targets of the lock load: also the proxy with --lock-pipelining ('pipelined'); nutcracker cannot carry MULTI. */
-export const LOCK_TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'pipelined', 'haproxy'];
+/** The targets of the lock load: also the proxy with --lock-method script ('script'); nutcracker cannot carry MULTI. */
+export const LOCK_TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'script', 'haproxy'];
 
 /** Something the loads connect to. */
 export interface Target {

@@ -250,27 +250,25 @@ describe('cluster mode: lock blocks', () => {
     expect(await cluster.command(owner, 'EXISTS', key)).toBe(0);
   });
 
-  it('gives the same replies with --lock-pipelining, after the script has proven itself', async () => {
-    const pipelined = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, lockPipelining: true });
+  it('gives the same replies with --lock-method script (the script is refused, the original block answered by Redis)', async () => {
+    const scripted = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, lockMethod: 'script' });
     try {
       const [owner, other] = await cluster.masters();
       const good = await keyOn(cluster, other, (n) => taskLockKey(BigInt(7000 + n)));
       const wrong = await keyOn(cluster, owner, (n) => taskLockKey(BigInt(8000 + n)));
       const direct = await exchange(other.port, lockAttempt(wrong, 60), 4);
       const client = await RawClient.connect(
-        pipelined.cluster.nodes().find((n) => n.address === `127.0.0.1:${other.port}`)?.listenPort as number,
+        scripted.cluster.nodes().find((n) => n.address === `127.0.0.1:${other.port}`)?.listenPort as number,
       );
-      client.write(lockAttempt(good, 60));
-      expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
-      // Proven: this block and the PING behind it go out together.
-      client.write(Buffer.concat([lockAttempt(wrong, 60), cmd('PING')]));
-      const replies = (await client.readReplies(5)).toString('latin1');
+      client.write(Buffer.concat([lockAttempt(good, 60), lockAttempt(wrong, 60), cmd('PING')]));
+      const replies = (await client.readReplies(9)).toString('latin1');
       await client.close();
-      const ownerListener = pipelined.cluster.nodes().find((n) => n.address === `127.0.0.1:${owner.port}`)?.listenPort;
-      expect(replies).toBe(direct.replace(/127\.0\.0\.1:\d+/g, `127.0.0.1:${ownerListener}`) + '+PONG\r\n');
-      expect(pipelined.stats.blocksPipelined).toBeGreaterThan(0);
+      const ownerListener = scripted.cluster.nodes().find((n) => n.address === `127.0.0.1:${owner.port}`)?.listenPort;
+      expect(replies).toBe(attemptReplies(1, 1) + direct.replace(/127\.0\.0\.1:\d+/g, `127.0.0.1:${ownerListener}`) + '+PONG\r\n');
+      expect([scripted.stats.rewrittenBy.script, scripted.stats.fallbacks.get('MOVED')]).toEqual([1, 1]);
+      expect(await cluster.command(owner, 'EXISTS', wrong)).toBe(0);
     } finally {
-      await pipelined.close();
+      await scripted.close();
     }
   });
 });

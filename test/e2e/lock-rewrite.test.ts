@@ -1,6 +1,7 @@
 /**
  * The rewrite itself, end to end against a real redis-server: Stalwart's exact
- * bytes however TCP splits them, what the script does in every key state, and
+ * bytes however TCP splits them, what both ways of sending a block (inside the
+ * client's own transaction with NX, and the script) do in every key state, and
  * the blocks that must be left alone.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,23 +12,38 @@ import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
 // A generous hold deadline: split-write tests must not depend on how busy the machine is.
+// The proxy's default, --lock-method auto, sends blocks inside the transaction on this server.
 const env = redisAndProxy({ proxy: { holdMs: 250 } });
+let scripted: TestProxy | undefined;
+beforeAll(async () => {
+  scripted = await startTestProxy({ upstream: env.redis.url, holdMs: 250, lockMethod: 'script' });
+});
+afterAll(async () => {
+  await scripted?.close();
+});
+
+/** The two ways of sending a block, each through a proxy in front of the same Redis. */
+const METHODS = [
+  { method: 'transaction', proxy: (): TestProxy => env.proxy },
+  { method: 'script', proxy: (): TestProxy => scripted as TestProxy },
+] as const;
 
 const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
 
 const pttl = (key: Buffer | string): Promise<number> => env.admin.pttl(key);
 
-describe('Stalwart lock attempts through the proxy', () => {
+describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ method, proxy }) => {
   const key = taskLockKey(0x0d0a00ffn); // bytes include \r \n \0
 
   it('creates the lock with its expiry, and a second attempt leaves the expiry alone', async () => {
-    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
+    const before = proxy().stats.rewrittenBy[method];
+    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
     const ttl = await pttl(key);
     expect(ttl).toBeGreaterThan(3_590_000);
     await adminCall('PEXPIRE', key, '5000'); // as if time passed
-    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 0));
+    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 0));
     expect(await pttl(key)).toBeLessThanOrEqual(5000);
-    expect(env.proxy.stats.blocksRewritten).toBeGreaterThanOrEqual(2);
+    expect(proxy().stats.rewrittenBy[method]).toBe(before + 2);
   });
 
   it('shows the bug directly against Redis: every attempt re-arms the expiry', async () => {
@@ -38,7 +54,7 @@ describe('Stalwart lock attempts through the proxy', () => {
   });
 
   it('matches when the block arrives one byte at a time', async () => {
-    const client = await RawClient.connect(env.proxy.port);
+    const client = await RawClient.connect(proxy().port);
     await client.writeSplit(lockAttempt(key, 3600), 'bytewise');
     expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
     await client.writeSplit(lockAttempt(key, 3600), 'bytewise');
@@ -47,7 +63,7 @@ describe('Stalwart lock attempts through the proxy', () => {
   });
 
   it('matches whatever the split points', async () => {
-    const client = await RawClient.connect(env.proxy.port);
+    const client = await RawClient.connect(proxy().port);
     const block = lockAttempt(key, 3600);
     for (let attempt = 1; attempt <= 25; attempt++) {
       const sizes = Array.from({ length: 4 }, () => 1 + Math.floor(Math.random() * 20));
@@ -70,7 +86,7 @@ describe('Stalwart lock attempts through the proxy', () => {
       lockAttempt(key, 3600),
       cmd('PING'),
     ]);
-    const replies = await exchange(env.proxy.port, batch, 3 + 4 + 1 + 4 + 1 + 4 + 1);
+    const replies = await exchange(proxy().port, batch, 3 + 4 + 1 + 4 + 1 + 4 + 1);
     expect(replies).toBe(
       '+PONG\r\n+OK\r\n$1\r\nv\r\n' +
         attemptReplies(1, 1) +
@@ -84,7 +100,7 @@ describe('Stalwart lock attempts through the proxy', () => {
   });
 
   it('speaks RESP3 after HELLO 3', async () => {
-    const client = await RawClient.connect(env.proxy.port);
+    const client = await RawClient.connect(proxy().port);
     client.write(cmd('HELLO', '3'));
     expect((await client.readReplies(1)).toString('latin1')).toMatch(/^%7\r\n/);
     client.write(Buffer.concat([lockAttempt(key, 3600), lockAttempt(key, 3600), cmd('PING')]));
@@ -94,22 +110,22 @@ describe('Stalwart lock attempts through the proxy', () => {
 
   it('handles INCR and PEXPIRE, with the client’s own letter case', async () => {
     const block = Buffer.concat([cmd('multi'), cmd('incr', 'lock:a'), cmd('pexpire', 'lock:a', '60000'), cmd('exec')]);
-    expect(await exchange(env.proxy.port, block, 4)).toBe(attemptReplies(1, 1));
+    expect(await exchange(proxy().port, block, 4)).toBe(attemptReplies(1, 1));
     await adminCall('PEXPIRE', 'lock:a', '5000');
-    expect(await exchange(env.proxy.port, block, 4)).toBe(attemptReplies(2, 0));
+    expect(await exchange(proxy().port, block, 4)).toBe(attemptReplies(2, 0));
     expect(await pttl('lock:a')).toBeLessThanOrEqual(5000);
   });
 
   it('heals a lock that has no expiry', async () => {
     await adminCall('SET', key, '5');
-    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(6, 1));
+    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(6, 1));
     expect(await pttl(key)).toBeGreaterThan(3_590_000);
   });
 
   it('does not re-arm a lock taken by a fixed node with SET NX EX (rolling upgrade)', async () => {
     const deadline = String(Math.floor(Date.now() / 1000) + 30);
     expect(await adminCall('SET', key, deadline, 'NX', 'EX', '30')).toBe('+OK\r\n');
-    const replies = await exchange(env.proxy.port, lockAttempt(key, 3600), 4);
+    const replies = await exchange(proxy().port, lockAttempt(key, 3600), 4);
     expect(replies).toBe(attemptReplies(BigInt(deadline) + 1n, 0)); // counter != 1: the old node does not get the lock
     expect(await pttl(key)).toBeLessThanOrEqual(30_000);
   });
@@ -125,12 +141,12 @@ describe('Stalwart lock attempts through the proxy', () => {
       const direct = await exchange(env.redis.port, lockAttempt(key, 3600), 4);
       await adminCall('FLUSHALL');
       await adminCall(...setup);
-      const proxied = await exchange(env.proxy.port, lockAttempt(key, 3600), 4);
+      const proxied = await exchange(proxy().port, lockAttempt(key, 3600), 4);
       expect(proxied).toBe(direct); // no expiry before: both apply it (:1)
       expect(proxied).toMatch(/\*2\r\n-(WRONGTYPE|ERR) [^\r]+\r\n:1\r\n$/);
       // With an expiry already set, the proxy leaves it alone.
       await adminCall('PEXPIRE', key, '5000');
-      expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(proxied.replace(/:1\r\n$/, ':0\r\n'));
+      expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(proxied.replace(/:1\r\n$/, ':0\r\n'));
       expect(await pttl(key)).toBeLessThanOrEqual(5000);
     }
   });
@@ -138,22 +154,26 @@ describe('Stalwart lock attempts through the proxy', () => {
   it('returns counters beyond 2^53 exactly', async () => {
     await adminCall('SET', key, '9007199254740993');
     await adminCall('EXPIRE', key, '100');
-    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('9007199254740994', 0));
+    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('9007199254740994', 0));
     await adminCall('SET', key, '-9007199254740999');
-    expect(await exchange(env.proxy.port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('-9007199254740998', 1));
+    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('-9007199254740998', 1));
   });
+});
 
+describe('the script way', () => {
   it('survives a flushed script cache (EVALSHA falls back to EVAL)', async () => {
-    const before = env.proxy.stats.scriptReloads;
+    const proxy = scripted as TestProxy;
+    const key = taskLockKey(0x0d0a00ffn);
+    const before = proxy.stats.scriptReloads;
     await adminCall('SCRIPT', 'FLUSH');
-    const client = await RawClient.connect(env.proxy.port);
+    const client = await RawClient.connect(proxy.port);
     client.write(Buffer.concat([cmd('PING'), lockAttempt(key, 3600), cmd('GET', key)]));
     expect((await client.readReplies(6)).toString('latin1')).toBe('+PONG\r\n' + attemptReplies(1, 1) + '$1\r\n1\r\n');
     await adminCall('SCRIPT', 'FLUSH');
     client.write(lockAttempt(key, 3600));
     expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
     await client.close();
-    expect(env.proxy.stats.scriptReloads).toBe(before + 2);
+    expect(proxy.stats.scriptReloads).toBe(before + 2);
   });
 });
 
@@ -259,22 +279,51 @@ describe('holding a MULTI', () => {
     await client.close();
   });
 
-  it('drops the held bytes of a client that disconnects mid-block, and keeps serving others', async () => {
-    const client = await RawClient.connect(env.proxy.port);
+  it('passes the held bytes of a client that closes mid-block on to Redis, which discards the unfinished transaction, as directly', async () => {
     const block = lockAttempt(key, 60);
-    client.write(block.subarray(0, block.length - 5));
-    await new Promise((r) => setTimeout(r, 5));
-    client.destroy();
-    await new Promise((r) => setTimeout(r, 50));
+    const partial = block.subarray(0, block.length - 5); // MULTI, INCRBY and EXPIRE whole, EXEC cut
+    const run = async (port: number): Promise<{ replies: string; multis: number }> => {
+      const before = await multiCalls();
+      const client = await RawClient.connect(port);
+      client.write(partial);
+      client.end(); // half-close: the client still reads
+      const replies = (await client.readUntilClosed()).toString('latin1');
+      return { replies, multis: (await multiCalls()) - before };
+    };
+    const direct = await run(env.redis.port);
+    const proxied = await run(env.proxy.port);
+    expect(proxied).toEqual(direct);
+    expect(proxied).toEqual({ replies: '+OK\r\n+QUEUED\r\n+QUEUED\r\n', multis: 1 }); // the MULTI reached Redis
     expect(await adminCall('EXISTS', key)).toBe(':0\r\n');
     expect(await exchange(env.proxy.port, lockAttempt(key, 60), 4)).toBe(attemptReplies(1, 1));
   });
 });
 
-describe('when the script cannot run', () => {
-  it('sends the original block, in order, and logs the reason once per connection', async () => {
+/** How many MULTIs Redis has run (INFO commandstats). */
+async function multiCalls(): Promise<number> {
+  const info = await env.admin.call('INFO', 'commandstats');
+  return Number(/cmdstat_multi:calls=(\d+)/.exec(info)?.[1] ?? 0);
+}
+
+describe('a user Redis refuses a command of the block', () => {
+  const key = taskLockKey(99n);
+
+  it("in the transaction: the block gets exactly Redis's replies, and the lock the fix (no EVAL needed)", async () => {
     await adminCall('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '&*', '+@all', '-eval', '-evalsha');
-    const key = taskLockKey(99n);
+    const batch = Buffer.concat([
+      cmd('AUTH', 'noscript', 'pw'),
+      lockAttempt(key, 3600),
+      cmd('PEXPIRE', key, '5000'),
+      lockAttempt(key, 3600),
+    ]);
+    const replies = await exchange(env.proxy.port, batch, 1 + 4 + 1 + 4);
+    expect(replies).toBe('+OK\r\n' + attemptReplies(1, 1) + ':1\r\n' + attemptReplies(2, 0));
+    expect(await pttl(key)).toBeLessThanOrEqual(5000);
+  });
+
+  it('as the script: without EVAL the original block goes, in order, and the reason is logged once per connection', async () => {
+    await adminCall('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '&*', '+@all', '-eval', '-evalsha');
+    const proxy = scripted as TestProxy;
     const batch = Buffer.concat([
       cmd('AUTH', 'noscript', 'pw'),
       cmd('SET', 'before', '1'),
@@ -285,104 +334,64 @@ describe('when the script cannot run', () => {
     ]);
     const direct = await exchange(env.redis.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
     await adminCall('DEL', key);
-    const fallbacks = env.proxy.stats.fallbacks.get('NOPERM') ?? 0;
-    const proxied = await exchange(env.proxy.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
+    const fallbacks = proxy.stats.fallbacks.get('NOPERM') ?? 0;
+    const proxied = await exchange(proxy.port, batch, 1 + 1 + 4 + 1 + 4 + 1);
     expect(proxied).toBe(direct);
     expect(proxied).toContain(attemptReplies(2, 1)); // original semantics: the expiry was re-armed
-    expect(env.proxy.stats.fallbacks.get('NOPERM')).toBe(fallbacks + 2);
-    const warnings = env.proxy.logs().filter((l) => l.reason === 'NOPERM' && l.level === 40);
+    expect(proxy.stats.fallbacks.get('NOPERM')).toBe(fallbacks + 2);
+    const warnings = proxy.logs().filter((l) => l.reason === 'NOPERM' && l.level === 40);
     expect(warnings.length).toBe(1);
+  });
+
+  it('a user who may not run scripts, logged in between blocks: every block runs, in the order sent, as directly (--lock-pipelining is no more)', async () => {
+    await adminCall('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '&*', '+@all', '-eval', '-evalsha');
+    const batch = (n: number, tail: Buffer): Buffer => Buffer.concat([lockAttempt(taskLockKey(BigInt(n)), 3600), tail]);
+    const rounds = [
+      batch(1, cmd('PING')),
+      Buffer.concat([batch(2, cmd('AUTH', 'noscript', 'pw')), lockAttempt(taskLockKey(3n), 3600)]),
+      batch(4, cmd('SET', 'after', '1')),
+    ];
+    const replies = [5, 9, 5];
+    const run = async (port: number): Promise<string> => {
+      await adminCall('FLUSHALL');
+      const client = await RawClient.connect(port);
+      let out = '';
+      for (let i = 0; i < rounds.length; i++) {
+        client.write(rounds[i]);
+        out += (await client.readReplies(replies[i])).toString('latin1');
+      }
+      await client.close();
+      for (const n of [1, 2, 3, 4]) out += await adminCall('GET', taskLockKey(BigInt(n)));
+      return out + (await adminCall('GET', 'after'));
+    };
+    const direct = await run(env.redis.port);
+    const pipelining = await startTestProxy({ upstream: env.redis.url, lockMethod: 'script', flags: ['--lock-pipelining'] });
+    try {
+      expect(await run(pipelining.port)).toBe(direct);
+      expect(pipelining.logs().some((l) => /^lock-pipelining no longer applies/.test(String(l.msg)))).toBe(true);
+    } finally {
+      await pipelining.close();
+    }
+    expect(await run(env.proxy.port)).toBe(direct);
   });
 
   // A replica must reach its master at 127.0.0.1: local processes only, not containers.
   it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)(
-    'passes queue-time errors through as Redis gives them (READONLY replica)',
+    'passes queue-time errors through as Redis gives them (READONLY replica), both ways',
     async () => {
       const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(env.redis.port)] });
-      const replicaProxy = await startTestProxy({ upstream: replica.url });
+      const proxies = await Promise.all(
+        (['transaction', 'script'] as const).map((lockMethod) => startTestProxy({ upstream: replica.url, lockMethod })),
+      );
       try {
         const key = taskLockKey(5n);
         const direct = await exchange(replica.port, lockAttempt(key, 3600), 4);
-        const proxied = await exchange(replicaProxy.port, lockAttempt(key, 3600), 4);
         expect(direct).toMatch(/^\+OK\r\n-READONLY /);
-        expect(proxied).toBe(direct);
+        for (const proxy of proxies) expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(direct);
       } finally {
-        await replicaProxy.close();
+        await Promise.all(proxies.map((proxy) => proxy.close()));
         await replica.stop();
       }
     },
   );
-});
-
-describe('with --lock-pipelining', () => {
-  let pipelined: TestProxy;
-
-  beforeAll(async () => {
-    pipelined = await startTestProxy({ upstream: env.redis.url, holdMs: 250, lockPipelining: true });
-  });
-
-  afterAll(async () => {
-    await pipelined?.close();
-  });
-
-  /** Lock blocks on a few keys interleaved with other commands, as one pipeline. */
-  function mixedBatch(round: number): { bytes: Buffer; replies: number } {
-    const parts: Buffer[] = [];
-    let replies = 0;
-    for (let i = 0; i < 40; i++) {
-      const key = taskLockKey(BigInt((i * 7 + round) % 5));
-      switch (i % 4) {
-        case 0:
-          parts.push(lockAttempt(key, 3600));
-          replies += 4;
-          break;
-        case 1:
-          parts.push(cmd('SET', `plain:${i % 3}`, String(i)));
-          replies += 1;
-          break;
-        case 2:
-          parts.push(i % 8 === 2 ? cmd('DEL', key) : cmd('GET', `plain:${i % 3}`));
-          replies += 1;
-          break;
-        default:
-          parts.push(cmd('PING'));
-          replies += 1;
-      }
-    }
-    return { bytes: Buffer.concat(parts), replies };
-  }
-
-  it('gives byte for byte what the ordered path gives, for pipelines of blocks and other commands', async () => {
-    for (let round = 0; round < 5; round++) {
-      const { bytes, replies } = mixedBatch(round);
-      await adminCall('FLUSHALL');
-      const ordered = await exchange(env.proxy.port, Buffer.concat([lockAttempt('lock:warm', 60), bytes]), 4 + replies);
-      await adminCall('FLUSHALL');
-      // The first block proves the script on the connection; the rest are pipelined.
-      const fast = await exchange(pipelined.port, Buffer.concat([lockAttempt('lock:warm', 60), bytes]), 4 + replies);
-      expect(fast).toBe(ordered);
-    }
-    expect(pipelined.stats.blocksRewritten).toBeGreaterThan(40);
-    expect(pipelined.stats.blocksPipelined).toBeGreaterThan(40); // the first block of each connection waited, the rest did not
-  });
-
-  it('closes the connection after the replies before a block whose script stops working, and the next connection falls back in order', async () => {
-    await adminCall('ACL', 'SETUSER', 'flaky', 'on', '>pw', '~*', '&*', '+@all');
-    const key = taskLockKey(77n);
-    const client = await RawClient.connect(pipelined.port);
-    client.write(Buffer.concat([cmd('AUTH', 'flaky', 'pw'), lockAttempt(key, 3600)]));
-    expect((await client.readReplies(5)).toString()).toBe('+OK\r\n' + attemptReplies(1, 1));
-    await adminCall('ACL', 'SETUSER', 'flaky', '-evalsha', '-eval');
-    client.write(Buffer.concat([cmd('PING'), lockAttempt(key, 3600), cmd('PING')]));
-    expect((await client.readUntilClosed()).toString()).toBe('+PONG\r\n');
-    expect(pipelined.stats.fallbacks.get('NOPERM (connection closed)')).toBe(1);
-    expect(await adminCall('GET', key)).toBe('$1\r\n1\r\n'); // the failed block did not run
-
-    // A new connection starts unproven: its first block waits for the script, and falls back in order.
-    const again = await RawClient.connect(pipelined.port);
-    again.write(Buffer.concat([cmd('AUTH', 'flaky', 'pw'), lockAttempt(key, 3600), cmd('DEL', key)]));
-    expect((await again.readReplies(6)).toString()).toBe('+OK\r\n' + attemptReplies(2, 1) + ':1\r\n');
-    await again.close();
-    await adminCall('ACL', 'DELUSER', 'flaky');
-  });
 });

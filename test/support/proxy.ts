@@ -49,7 +49,8 @@ export interface TestProxyOptions {
   connectTimeoutMs?: number;
   mode?: 'enforce' | 'observe';
   idleTimeoutMs?: number;
-  lockPipelining?: boolean;
+  /** --lock-method (default: the proxy's own, auto). */
+  lockMethod?: 'auto' | 'transaction' | 'script';
   maxConnections?: number;
   /** TLS towards a rediss:// upstream, as the proxy holds it (read files, not paths). */
   upstreamTls?: UpstreamTls;
@@ -132,7 +133,7 @@ function testConfig(opts: TestProxyOptions, rulePaths: string[], extra: string[]
     ...extra,
     ...(opts.flags ?? []),
   ];
-  if (opts.lockPipelining) flags.push('--lock-pipelining');
+  if (opts.lockMethod !== undefined) flags.push('--lock-method', opts.lockMethod);
   if (opts.maxConnections !== undefined) flags.push('--max-connections', String(opts.maxConnections));
   if (opts.stalwart !== undefined) flags.push('--stalwart', opts.stalwart);
   const request = resolveConfig(flags, {});

@@ -261,6 +261,11 @@ export class RawClient {
     );
   }
 
+  /** Half-closes our side (the server may still answer what was sent). */
+  end(): void {
+    this.socket.end();
+  }
+
   /** Half-closes our side and waits for the server to close; destroys after `timeoutMs`. */
   async close(timeoutMs = 2000): Promise<void> {
     if (this.closed) return;

@@ -1,0 +1,59 @@
+/**
+ * How a connection's lock blocks go to Redis:
+ *
+ * - 'transaction': inside the client's own transaction, its [P]EXPIRE given NX (expire-nx.ts).
+ *   Needs `EXPIRE ... NX`, which Redis has from 7.0 on (and every Valkey: it forked from 7.2).
+ * - 'script': as one Lua script (script.ts), which works on any version.
+ *
+ * With --lock-method auto (the default) the server's version decides, asked on the connection
+ * itself before its first lock block, because the proxy may hold no credentials of its own (the
+ * application authenticates). `HELLO` without arguments answers the server's name and version
+ * and changes nothing on the connection (networking.c helloCommand: no protocol version, no
+ * AUTH, no SETNAME), and ACLs never refuse it (acl.c: commands flagged no-auth skip the command
+ * check). Before Redis 6.2 it is an error (6.0 requires a protocol version, 5 has no HELLO): those
+ * servers have no NX either. A Redis restart or failover closes the connection, so what one
+ * connection learnt is never stale.
+ */
+import { encodeCommand } from '../resp/encode.js';
+import { decodeReply, pairsOf, textOf } from '../resp/value.js';
+
+export type LockMethod = 'transaction' | 'script';
+/** The --lock-method setting: one method, or 'auto' (from the server's version). */
+export type LockMethodSetting = LockMethod | 'auto';
+export const LOCK_METHOD_SETTINGS: readonly LockMethodSetting[] = ['auto', 'transaction', 'script'];
+
+/** Asks the server its name and version, changing nothing. */
+export const HELLO = encodeCommand('HELLO');
+
+/** The first server version with `EXPIRE ... NX` (and `redis.acl_check_cmd`). */
+const NX_SINCE_MAJOR = 7;
+
+export interface ServerVersion {
+  /** The method for this server, or null when the connection cannot tell yet (not authenticated). */
+  readonly method: LockMethod | null;
+  /** What the server said: `redis 7.0.15`, or its error. */
+  readonly detail: string;
+}
+
+/** Reads HELLO's reply (a RESP2 array of pairs or a RESP3 map; one complete frame). */
+export function methodFromHello(reply: Buffer): ServerVersion {
+  if (reply[0] === 0x2d /* - */) {
+    const error = reply.toString('latin1', 1, Math.min(reply.length, 200)).replace(/\r\n$/, '');
+    // Not authenticated yet: the block will be refused with NOAUTH anyway; ask again next time.
+    if (error.startsWith('NOAUTH')) return { method: null, detail: error };
+    return { method: 'script', detail: error };
+  }
+  let server = '';
+  let version = '';
+  try {
+    for (const [name, value] of pairsOf(decodeReply(reply).value) ?? []) {
+      if (name === 'server') server = textOf(value) ?? '';
+      else if (name === 'version') version = textOf(value) ?? '';
+    }
+  } catch {
+    // Not a map: treated as an unknown version below.
+  }
+  const major = /^(\d+)\./.exec(version)?.[1];
+  const detail = `${server || 'unknown server'} ${version || 'unknown version'}`;
+  return { method: major !== undefined && Number(major) >= NX_SINCE_MAJOR ? 'transaction' : 'script', detail };
+}

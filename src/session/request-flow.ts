@@ -1,0 +1,299 @@
+/**
+ * The client-to-server side of one connection: the loop over client chunks. Bytes go upstream as
+ * they arrive, in order; frames are classified from their heads once those are complete
+ * (TransactionState), but forwarding never waits to learn them. Only a MULTI that may start a
+ * lock block is held, by LockBlocks (lock/block-flow.ts); the replies each forwarded frame brings
+ * are announced to the reply side (ReplyStream).
+ *
+ * When replies cannot be counted (subscribe mode, MONITOR, CLIENT REPLY, REPLCONF, replication,
+ * malformed input) the connection becomes a plain pipe. A RESET ends such a pipe, as it ends all
+ * of that in Redis, except after replication or malformed input; where the upstream URL has
+ * AUTH/SELECT, frames are therefore still found in the pipe, to apply them again after a RESET.
+ */
+import type { NodeReplies } from '../cluster/node-replies.js';
+import { joined, LockBlocks, type LockBlockPort } from '../lock/block-flow.js';
+import { countFixedShape } from '../lock/fixed-shape.js';
+import type { Logger } from '../log.js';
+import { Cmd } from '../resp/commands.js';
+import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
+import { setupCommands } from '../upstream/target.js';
+import type { ProxyContext } from './context.js';
+import type { ReplyStream } from './reply-stream.js';
+import { FrameMeaning, TransactionState } from './transaction-state.js';
+
+/** What the client-to-server side needs of its session. */
+export interface RequestFlowPort {
+  /** Bytes for Redis, in order. */
+  writeUpstream(bytes: Buffer): void;
+  /** Bytes for the client, in order. */
+  writeClient(bytes: Buffer): void;
+  /** The rest of a chunk waits for a reply of the proxy's own (the session feeds it back later). */
+  stall(rest: Buffer): void;
+  /** Sends the upstream URL's AUTH/SELECT (after RESET); true when sent, and the client's next bytes then wait. */
+  startSetup(): boolean;
+  /** The client's next bytes wait until resumeClient(). */
+  holdClient(): void;
+  resumeClient(): void;
+  /** Closes the connection as a network failure would, after what the client has been sent. */
+  closeAfterReplies(): void;
+  readonly log: Logger;
+}
+
+export class RequestFlow implements LockBlockPort {
+  private readonly scanner = new RequestScanner();
+  private readonly tx = new TransactionState();
+  private readonly blocks: LockBlocks;
+  /** Bytes are forwarded without being interpreted (a plain pipe). */
+  piping = false;
+  /**
+   * In the pipe, frames are still found to see a RESET: the upstream URL's AUTH/SELECT must
+   * follow it. Only where the URL has them, and the pipe is one a RESET ends.
+   */
+  private resetEndsPipe = false;
+  /** The pipe stays after a RESET: the connection was opened while no rule was loaded. */
+  private readonly pipeWithoutRules: boolean;
+  /**
+   * Bytes of the current frame, from earlier chunks, kept back because they may still be a MULTI
+   * that starts a lock block (at most the 11 bytes before its last; any other frame is forwarded).
+   */
+  private partial: Buffer[] = [];
+
+  constructor(
+    private readonly port: RequestFlowPort,
+    private readonly replies: ReplyStream,
+    private readonly ctx: ProxyContext,
+    private readonly nodes: NodeReplies | null,
+  ) {
+    this.blocks = new LockBlocks(this, replies, ctx);
+    // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
+    this.pipeWithoutRules = ctx.rules().rules.length === 0 && !ctx.cluster;
+    if (this.pipeWithoutRules) this.enterPipe(true);
+  }
+
+  /** Whether client bytes are held or kept back (a lock block, or the start of a MULTI). */
+  get holding(): boolean {
+    return this.blocks.holding || this.partial.length > 0;
+  }
+
+  /** The connection closes: no hold deadline fires any more. */
+  stop(): void {
+    this.blocks.stopTimer();
+  }
+
+  // ------------------------------------------------------- LockBlocks' port
+
+  get log(): Logger {
+    return this.port.log;
+  }
+
+  writeUpstream(bytes: Buffer): void {
+    this.port.writeUpstream(bytes);
+  }
+
+  writeClient(bytes: Buffer): void {
+    this.port.writeClient(bytes);
+  }
+
+  blockSent(frames: number, complete: boolean): void {
+    this.replies.expect(frames);
+    this.tx.blockSent(frames, complete);
+  }
+
+  holdClient(): void {
+    this.port.holdClient();
+  }
+
+  resumeClient(): void {
+    this.port.resumeClient();
+  }
+
+  closeAfterReplies(): void {
+    this.port.closeAfterReplies();
+  }
+
+  // ------------------------------------------------------------- the loop
+
+  /** One chunk from the client (in order; while the session is not holding the client back). */
+  process(chunk: Buffer): void {
+    if (this.piping) {
+      this.pipeChunk(chunk, 0, 0);
+      return;
+    }
+    const blocks = this.blocks;
+    if (blocks.holding) blocks.touched();
+    const scanner = this.scanner;
+    scanner.newChunk();
+    let pos = 0;
+    /** Start of the bytes of this chunk not yet forwarded or held. */
+    let from = 0;
+    while (pos < chunk.length) {
+      pos = scanner.next(chunk, pos);
+      const event = scanner.event;
+      if (event === 0) break;
+      if (event & MALFORMED) {
+        this.port.log.debug({ reason: scanner.malformedReason }, 'malformed request: passing it to Redis unread');
+        this.flushPending('malformed');
+        this.enterPipe(false);
+        this.port.writeUpstream(chunk.subarray(from));
+        return;
+      }
+      if (event & HEAD) {
+        if (blocks.holding) {
+          if (!blocks.accept(scanner, this.ctx.rules())) {
+            blocks.release('not-a-lock-block');
+            this.forwardFrame();
+          }
+        } else if (this.tx.canStartBlock && LockBlocks.isStart(scanner) && this.frameKeptBack(scanner)) {
+          from = this.startHolding(chunk, from);
+        } else {
+          this.flushPartial();
+          this.forwardFrame();
+        }
+        if (scanner.cmd === Cmd.Reset && scanner.argc === 1 && (event & END) !== 0 && !blocks.holding && !this.piping) {
+          // RESET logs the connection out and selects db 0: apply the URL's AUTH/SELECT again, after it.
+          this.port.writeUpstream(chunk.subarray(from, pos));
+          from = pos;
+          if (this.port.startSetup()) {
+            if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
+            return;
+          }
+        }
+        // forwardFrame() may have made the connection a plain pipe.
+        if (this.piping) {
+          this.pipeChunk(chunk, from, pos);
+          return;
+        }
+      }
+      if (event & END && blocks.holding && blocks.isComplete) {
+        blocks.hold(chunk.subarray(from, pos));
+        from = pos;
+        const asking = this.tx.afterAsking;
+        this.tx.blockRewritten();
+        if (blocks.complete(asking)) {
+          // The script is in flight: the rest of this chunk waits for its reply.
+          if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
+          return;
+        }
+      }
+    }
+    this.endOfChunk(chunk, from);
+  }
+
+  /**
+   * Puts a chunk's unprocessed tail where it belongs: held (in a block), kept back (it may still
+   * be a MULTI to hold; Redis would wait for those bytes too), or forwarded now, for Redis to
+   * answer as it does (say, the unauthenticated limits that act on a request's first line).
+   */
+  private endOfChunk(chunk: Buffer, from: number): void {
+    if (from >= chunk.length) return;
+    const scanner = this.scanner;
+    const blocks = this.blocks;
+    if (blocks.holding) {
+      blocks.hold(chunk.subarray(from));
+      if (scanner.awaitingHead && !blocks.couldStillAccept(scanner)) blocks.release('not-a-lock-block');
+      else blocks.awaitMore();
+      return;
+    }
+    if (scanner.awaitingHead && this.tx.canStartBlock && LockBlocks.couldStillStart(scanner) && this.frameKeptBack(scanner)) {
+      const start = scanner.frameStart >= from ? scanner.frameStart : from;
+      this.port.writeUpstream(chunk.subarray(from, start));
+      this.partial.push(chunk.subarray(start));
+      return;
+    }
+    this.flushPartial();
+    this.port.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /** Whether none of the current frame has gone upstream yet: it starts in this chunk, or was kept back. */
+  private frameKeptBack(scanner: RequestScanner): boolean {
+    return scanner.frameStart >= 0 || this.partial.length > 0;
+  }
+
+  /** Starts holding at the MULTI whose head the scanner just read; returns the new `from`. */
+  private startHolding(chunk: Buffer, from: number): number {
+    const start = this.scanner.frameStart;
+    if (start >= 0) {
+      this.port.writeUpstream(chunk.subarray(from, start));
+      this.blocks.start([]);
+      return start;
+    }
+    this.blocks.start(this.partial); // the MULTI began in an earlier chunk
+    this.partial = [];
+    return from;
+  }
+
+  private flushPartial(): void {
+    if (this.partial.length === 0) return;
+    this.port.writeUpstream(joined(this.partial));
+    this.partial = [];
+  }
+
+  /** Forwards everything held or kept back as it is (before the connection becomes a plain pipe, or closes). */
+  flushPending(reason: string): void {
+    if (this.blocks.holding) this.blocks.release(reason);
+    this.flushPartial();
+  }
+
+  /** The frame whose head the scanner holds goes upstream: the replies it brings and the state it changes. */
+  private forwardFrame(): void {
+    const meaning = this.tx.frame(this.scanner);
+    if (meaning === FrameMeaning.NoReply) return;
+    if (meaning === FrameMeaning.Untrackable || meaning === FrameMeaning.Replication) {
+      this.enterPipe(meaning === FrameMeaning.Untrackable);
+      return;
+    }
+    if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx.rules(), this.ctx.stats);
+    this.ctx.stats.commandsForwarded++;
+    const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
+    if (rewrite === undefined) this.replies.expect(1);
+    else this.replies.capture((reply) => this.port.writeClient(rewrite(reply)));
+  }
+
+  /**
+   * Stops interpreting this connection: from here on bytes pass untouched both ways, until a
+   * RESET if `resettable` (it is not after replication, or input or replies the proxy cannot read).
+   */
+  enterPipe(resettable: boolean): void {
+    this.piping = true;
+    this.resetEndsPipe = resettable && setupCommands(this.ctx.upstream.target).length > 0;
+    this.blocks.stopTimer();
+    // Replies stop being counted, unless a reply of the proxy's own is still due: then after it.
+    this.replies.stopCounting();
+  }
+
+  /**
+   * A chunk (from `from`) of a plain pipe goes upstream as it is. Where a RESET ends the pipe, the
+   * scanner goes on finding frames from `pos`: RESET logs the connection out and selects db 0, so
+   * the upstream URL's AUTH/SELECT follow it, and the replies are counted again from its +RESET.
+   */
+  private pipeChunk(chunk: Buffer, from: number, pos: number): void {
+    const scanner = this.scanner;
+    while (this.resetEndsPipe && pos < chunk.length) {
+      pos = scanner.next(chunk, pos);
+      const event = scanner.event;
+      if (event === 0) break;
+      if (event & MALFORMED) {
+        this.resetEndsPipe = false; // Redis answers with a protocol error and closes
+        break;
+      }
+      // A one-argument frame reports its head and end at once.
+      if ((event & END) !== 0 && (event & HEAD) !== 0 && scanner.cmd === Cmd.Reset && scanner.argc === 1) {
+        this.port.writeUpstream(chunk.subarray(from, pos));
+        this.resetFromPipe();
+        if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
+        return;
+      }
+    }
+    this.port.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /** A RESET went upstream while the connection was a pipe: the state is Redis's initial one again. */
+  private resetFromPipe(): void {
+    this.tx.frame(this.scanner); // out of any transaction, nothing watched
+    this.replies.countAgainAfterReset();
+    this.port.startSetup();
+    if (this.pipeWithoutRules)
+      this.replies.stopCounting(); // still a pipe, once the setup's replies are in
+    else this.piping = false;
+  }
+}

@@ -1,0 +1,167 @@
+/**
+ * Where the proxy follows a connection's replies (to find its own among them) and Redis does not
+ * answer one reply per request: commands that get no reply (REPLCONF ACK), RESET after the
+ * connection became a plain pipe (the upstream URL's AUTH and SELECT must follow it, whatever
+ * made it a pipe), and a transaction that Redis ends although its EXEC was refused. Each case
+ * against the same server's own replies.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { redisAndProxy } from '../support/redis-and-proxy.js';
+import { cmd, exchange, RawClient } from '../support/resp.js';
+import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
+
+const env = redisAndProxy();
+const call = (...args: Array<string | Buffer>): Promise<string> => env.admin.call(...args);
+
+describe('a command Redis never answers', () => {
+  it('REPLCONF ACK and GETACK from a normal client: what follows is answered as directly, lock block included', async () => {
+    for (const replconf of [cmd('REPLCONF', 'ACK', '0'), cmd('REPLCONF', 'GETACK', '*')]) {
+      const key = taskLockKey(7n);
+      const batch = Buffer.concat([replconf, lockAttempt(key, 600), cmd('PING'), cmd('GET', 'nokey')]);
+      await call('FLUSHALL');
+      const direct = await exchange(env.redis.port, batch, 6);
+      await call('FLUSHALL');
+      const proxied = await exchange(env.proxy.port, batch, 6);
+      expect(direct).toBe(attemptReplies(1, 1) + '+PONG\r\n$-1\r\n');
+      expect(proxied).toBe(direct);
+    }
+  });
+});
+
+describe('RESET once the connection is a plain pipe', () => {
+  let withDb: TestProxy | undefined;
+  let noRules: TestProxy | undefined;
+
+  beforeAll(async () => {
+    await call('ACL', 'SETUSER', 'app', 'reset', 'on', '>secret', '~*', '&*', '+@all');
+    const url = `redis://app:secret@127.0.0.1:${env.redis.port}/3`;
+    withDb = await startTestProxy({ upstream: url });
+    noRules = await startTestProxy({ upstream: url, rules: [] });
+  });
+
+  afterAll(async () => {
+    await Promise.all([withDb?.close(), noRules?.close()]);
+    await call('ACL', 'DELUSER', 'app');
+  });
+
+  /** Where `SET <key> v` after the RESET landed: the URL's db (3), as the proxy's user. */
+  async function landedInUrlDb(key: string): Promise<void> {
+    expect(await call('SELECT', '3')).toBe('+OK\r\n');
+    expect(await call('EXISTS', key)).toBe(':1\r\n');
+    expect(await call('SELECT', '0')).toBe('+OK\r\n');
+    expect(await call('EXISTS', key)).toBe(':0\r\n');
+  }
+
+  const pipes: Array<[string, Buffer, string]> = [
+    ['SUBSCRIBE', cmd('SUBSCRIBE', 'ch'), '*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n'],
+    ['MONITOR', cmd('MONITOR'), '+OK\r\n'],
+    ['CLIENT REPLY OFF', cmd('CLIENT', 'REPLY', 'OFF'), ''],
+    ['REPLCONF ACK', cmd('REPLCONF', 'ACK', '0'), ''],
+    ['a quoted inline command', Buffer.from('SET "quoted key" v\r\n'), '+OK\r\n'],
+  ];
+  for (const [name, pipe, pipeReplies] of pipes) {
+    it(`after ${name}: the URL's AUTH and SELECT again, their replies kept from the client`, async () => {
+      const key = `after-reset:${name}`;
+      const client = await RawClient.connect((withDb as TestProxy).port);
+      client.write(Buffer.concat([pipe, cmd('RESET'), cmd('SET', key, 'v'), cmd('CLIENT', 'INFO')]));
+      const expected = pipeReplies + '+RESET\r\n+OK\r\n';
+      const replies = (await client.readReplies(expected === '+RESET\r\n+OK\r\n' ? 3 : 4)).toString('latin1');
+      await client.close();
+      expect(replies.startsWith(expected)).toBe(true);
+      expect(replies.slice(expected.length)).toMatch(/ db=3 .* user=app /); // CLIENT INFO: the URL's db and user
+      await landedInUrlDb(key);
+    });
+  }
+
+  it('with no rules loaded (a pipe from the start), the same', async () => {
+    const client = await RawClient.connect((noRules as TestProxy).port);
+    client.write(Buffer.concat([cmd('SUBSCRIBE', 'ch'), cmd('RESET'), cmd('SET', 'after-reset:no-rules', 'v')]));
+    expect((await client.readReplies(3)).toString('latin1')).toBe('*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n+RESET\r\n+OK\r\n');
+    await client.close();
+    await landedInUrlDb('after-reset:no-rules');
+  });
+
+  it('a message that reads like +RESET, published to the connection, is not taken for it', async () => {
+    const client = await RawClient.connect((withDb as TestProxy).port);
+    client.write(cmd('SUBSCRIBE', 'ch'));
+    await client.readReplies(1);
+    const publisher = await RawClient.connect((withDb as TestProxy).port);
+    expect((await exchange((withDb as TestProxy).port, cmd('PUBLISH', 'ch', '+RESET\r\n'), 1)).toString()).toBe(':1\r\n');
+    await publisher.close();
+    client.write(Buffer.concat([cmd('RESET'), cmd('SET', 'after-reset:published', 'v')]));
+    expect((await client.readReplies(3)).toString('latin1')).toBe(
+      '*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$8\r\n+RESET\r\n\r\n+RESET\r\n+OK\r\n',
+    );
+    await client.close();
+    await landedInUrlDb('after-reset:published');
+  });
+
+  it('lock blocks are fixed again after the RESET', async () => {
+    const key = taskLockKey(31n);
+    const client = await RawClient.connect((withDb as TestProxy).port);
+    client.write(
+      Buffer.concat([cmd('SUBSCRIBE', 'ch'), cmd('RESET'), lockAttempt(key, 600), cmd('SELECT', '3'), cmd('PEXPIRE', key, '5000')]),
+    );
+    await client.readReplies(1 + 1 + 4 + 2);
+    client.write(lockAttempt(key, 600));
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
+    await client.close();
+  });
+});
+
+describe('EXEC that Redis refuses still ends the transaction', () => {
+  it('-BUSY on EXEC (a script runs long): the next lock block is answered as directly', async () => {
+    await call('CONFIG', 'SET', 'busy-reply-threshold', '50');
+    try {
+      const run = async (port: number): Promise<string> => {
+        const key = taskLockKey(77n);
+        await call('FLUSHALL');
+        const client = await RawClient.connect(port);
+        client.write(Buffer.concat([cmd('MULTI'), cmd('INCR', 'counter')]));
+        expect((await client.readReplies(2)).toString()).toBe('+OK\r\n+QUEUED\r\n');
+        // Another connection keeps the server busy in a script for about a second.
+        const busy = await RawClient.connect(env.redis.port);
+        busy.write(cmd('EVAL', "local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < 2 do end return 1", '0'));
+        const probe = await RawClient.connect(env.redis.port);
+        for (;;) {
+          probe.write(cmd('PING'));
+          if ((await probe.readReplies(1)).toString().startsWith('-BUSY')) break;
+          await sleep(20);
+        }
+        await probe.close();
+        client.write(cmd('EXEC'));
+        const exec = (await client.readReplies(1)).toString();
+        expect(exec).toMatch(/^-EXECABORT .*BUSY/);
+        await busy.readReplies(1, 10_000);
+        await busy.close();
+        client.write(lockAttempt(key, 600));
+        const after = (await client.readReplies(4)).toString('latin1');
+        await client.close();
+        return exec + after;
+      };
+      const direct = await run(env.redis.port);
+      expect(direct).toMatch(/\*2\r\n:1\r\n:1\r\n$/);
+      expect(await run(env.proxy.port)).toBe(direct);
+    } finally {
+      await call('CONFIG', 'SET', 'busy-reply-threshold', '5000');
+    }
+  });
+
+  it('EXEC with an argument aborts the transaction: the next block is fixed, as a new transaction', async () => {
+    const key = taskLockKey(78n);
+    const batch = Buffer.concat([
+      cmd('MULTI'),
+      cmd('EXEC', 'x'),
+      lockAttempt(key, 600),
+      cmd('PEXPIRE', key, '5000'),
+      lockAttempt(key, 600),
+    ]);
+    const direct = await exchange(env.redis.port, batch, 2 + 4 + 1 + 4);
+    await call('FLUSHALL');
+    const proxied = await exchange(env.proxy.port, batch, 2 + 4 + 1 + 4);
+    expect(proxied).toBe(direct.replace(/:1\r\n$/, ':0\r\n')); // the second attempt left the expiry alone
+    expect(Number(/:(\d+)/.exec(await call('PTTL', key))?.[1])).toBeLessThanOrEqual(5000);
+  });
+});
