@@ -213,6 +213,15 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
       emit({ result: 'ok' }, stats.clusterRefreshes);
       emit({ result: 'failed' }, stats.clusterRefreshFailures);
     });
+    labelledCounter(
+      'cluster_unknown_nodes_total',
+      'Node addresses in replies that the topology does not have, passed on as Redis wrote them, by where.',
+      ['in'],
+      (emit) => {
+        emit({ in: 'redirect' }, stats.unknownNodesInRedirects);
+        emit({ in: 'topology' }, stats.unknownNodesInTopology);
+      },
+    );
   }
   if (rulesLoaded !== undefined) gauge('rules_loaded', 'Rules currently loaded.', rulesLoaded);
   if (ruleFiles !== undefined) {

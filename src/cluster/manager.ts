@@ -13,7 +13,13 @@
  * connections finish what is in flight). A failover needs nothing of the
  * proxy: every node, master or replica, has its listener, and clients follow
  * the -MOVED replies (rewritten) to the new master.
+ *
+ * Nodes come only from those refreshes: an address that a reply names (a
+ * redirect, CLUSTER SLOTS) is never listened for nor dialled on the reply's
+ * word. It makes the proxy ask the topology again, and a redirect waits for
+ * that (see askAgain).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { formatAddress } from '../address.js';
 import type { ListenerTls, UpstreamTls } from '../config.js';
 import { TopologyError } from '../errors.js';
@@ -66,8 +72,12 @@ interface NodeListener {
   missing: number;
 }
 
-/** Listeners at most: addresses come from Redis, but a broken reply must not open thousands of ports. */
+/** Listeners at most: addresses come from Redis, but a broken view must not open thousands of ports. */
 const MAX_NODES = 1000;
+/** An unknown address a reply names is logged once in this long (each is counted all the same). */
+const UNKNOWN_LOG_INTERVAL_MS = 10 * 60 * 1000;
+/** Unknown addresses remembered as logged, at most: replies can name any number of them. */
+const MAX_UNKNOWN_LOGGED = 100;
 /** How long the port of a node that left stays its own. */
 const RETIRED_PORT_KEEP_MS = 60 * 60 * 1000;
 /** A -MOVED refreshes the topology at most this often. */
@@ -84,6 +94,10 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   private refreshTimer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | null = null;
   private lastRefreshStart = 0;
+  /** The refresh that replies naming unknown nodes wait for (askAgain), until it starts. */
+  private nextAsked: Promise<void> | null = null;
+  /** Unknown addresses logged, and when. */
+  private readonly unknownLogged = new Map<string, number>();
   private closed = false;
 
   private constructor(private readonly options: ClusterManagerOptions) {
@@ -133,19 +147,45 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
 
   portForAddress(host: string, port: number): number | undefined {
     const address = formatAddress(host, port);
-    const known = this.byAddress.get(address) ?? this.byHostname.get(address);
-    if (known !== undefined) return known.listenPort;
-    // A node the proxy has not seen yet (it joined since the last refresh): listen for it now, so
-    // that the client this address is going to can connect at once.
-    const listener = this.add(host, port, null);
-    if (listener === null) return undefined;
-    this.options.log.info({ node: address, listen: listener.listenPort }, 'cluster: node learned from a reply; listening for it');
-    void this.refresh('new-node');
-    return listener.listenPort;
+    return (this.byAddress.get(address) ?? this.byHostname.get(address))?.listenPort;
   }
 
   noteRedirect(): void {
     if (Date.now() - this.lastRefreshStart >= REDIRECT_REFRESH_MS) void this.refresh('moved');
+  }
+
+  unknownNode(host: string, port: number, where: 'redirect' | 'topology'): void {
+    if (where === 'redirect') this.options.stats.unknownNodesInRedirects++;
+    else this.options.stats.unknownNodesInTopology++;
+    const address = formatAddress(host, port);
+    const now = Date.now();
+    if (now - (this.unknownLogged.get(address) ?? -Infinity) >= UNKNOWN_LOG_INTERVAL_MS) {
+      if (this.unknownLogged.size >= MAX_UNKNOWN_LOGGED) this.unknownLogged.clear();
+      this.unknownLogged.set(address, now);
+      this.options.log.warn({ node: address, in: where }, 'cluster: a reply names a node the topology does not have; passed on as it is');
+    }
+    void this.askAgain();
+  }
+
+  /**
+   * A refresh that starts after this call (at most one a second, as for a
+   * -MOVED): a node a reply names may have joined since the last one. Settles
+   * once it is applied and new listeners are bound, or after the connect
+   * timeout, whichever comes first.
+   */
+  askAgain(): Promise<void> {
+    if (this.nextAsked === null) {
+      const refreshed = (async () => {
+        const wait = this.lastRefreshStart + REDIRECT_REFRESH_MS - Date.now();
+        if (wait > 0) await sleep(wait, undefined, { ref: false });
+        await this.refreshing; // one that started before the reply may not know the node
+        this.nextAsked = null;
+        await this.refresh('unknown-node');
+        await this.listening();
+      })();
+      this.nextAsked = Promise.race([refreshed, sleep(this.options.connectTimeoutMs, undefined, { ref: false })]);
+    }
+    return this.nextAsked;
   }
 
   // ------------------------------------------------------------ seed listener
@@ -232,7 +272,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   private apply(nodes: readonly ClusterNodeInfo[]): void {
     const seen = new Set<NodeListener>();
     for (const info of nodes) {
-      const listener = this.byAddress.get(formatAddress(info.host, info.port)) ?? this.add(info.host, info.port, info);
+      const listener = this.byAddress.get(formatAddress(info.host, info.port)) ?? this.add(info);
       if (listener === null) continue;
       seen.add(listener);
       this.describeNode(listener, info);
@@ -259,8 +299,9 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     }
   }
 
-  /** Registers a node and starts its listener; null when no port is left for it. */
-  private add(host: string, port: number, info: ClusterNodeInfo | null): NodeListener | null {
+  /** Registers a node of the topology and starts its listener; null when no port is left for it. */
+  private add(info: ClusterNodeInfo): NodeListener | null {
+    const { host, port } = info;
     const address = formatAddress(host, port);
     if (this.byAddress.size >= MAX_NODES) {
       this.options.log.error({ node: address, max: MAX_NODES }, 'cluster: too many nodes; not listening for this one');
@@ -283,14 +324,14 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       missing: 0,
     };
     this.byAddress.set(address, listener);
-    if (info !== null) this.describeNode(listener, info);
+    this.describeNode(listener, info);
     this.listen(listener);
     return listener;
   }
 
-  private portFor(address: string, info: ClusterNodeInfo | null): number | null {
+  private portFor(address: string, info: ClusterNodeInfo): number | null {
     const mapped =
-      this.options.portMap.get(address) ?? (info?.hostname ? this.options.portMap.get(formatAddress(info.hostname, info.port)) : undefined);
+      this.options.portMap.get(address) ?? (info.hostname ? this.options.portMap.get(formatAddress(info.hostname, info.port)) : undefined);
     if (mapped !== undefined) return mapped;
     const retired = this.retiredPorts.get(address);
     this.retiredPorts.delete(address);

@@ -9,9 +9,18 @@
  * count is lost (more replies than requests, a stream that is not RESP), the connection stops
  * being interpreted, unless a reply of the proxy's own is due: then its state is unknown, and
  * the session closes rather than fake it.
+ *
+ * With --cluster, a -MOVED/-ASK line that names a node not known yet waits for the topology
+ * to be asked again (RedirectLines): the bytes Redis sends after it wait behind it, in order.
  */
-import { RedirectLines } from '../cluster/redirect-lines.js';
+import { RedirectLines, type RedirectRewrite } from '../cluster/redirect-lines.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
+
+/**
+ * Bytes from Redis that may wait behind a redirect line being checked: past this, the wait ends
+ * and the line goes on as it is (the upstream socket is not paused meanwhile).
+ */
+const MAX_BYTES_BEHIND_REDIRECT = 1024 * 1024;
 
 /** What the reply side needs of its session. */
 export interface ReplyStreamPort {
@@ -46,11 +55,14 @@ export class ReplyStream {
   /** In front of a cluster: -MOVED/-ASK lines are rewritten, even once replies are no longer counted. */
   private readonly redirects: RedirectLines | null;
   private redirectScan: boolean;
+  /** Chunks from Redis that arrived after a redirect line that waits (RedirectLines.waiting), in order. */
+  private behindRedirect: Buffer[] | null = null;
+  private bytesBehindRedirect = 0;
 
-  /** `rewriteRedirect`: with --cluster, the rewriting of a -MOVED/-ASK line (null when it is none); null standalone. */
+  /** `rewriteRedirect`: with --cluster, the rewriting of a -MOVED/-ASK line (see RedirectRewrite); null standalone. */
   constructor(
     private readonly port: ReplyStreamPort,
-    rewriteRedirect: ((line: Buffer) => Buffer | null) | null,
+    rewriteRedirect: RedirectRewrite | null,
   ) {
     this.redirectScan = rewriteRedirect !== null;
     this.scanner.trackErrors = rewriteRedirect !== null;
@@ -59,12 +71,12 @@ export class ReplyStream {
 
   /** Whether chunks can go to the client without being looked at. */
   get passingThrough(): boolean {
-    return this.passing && !this.redirectScan;
+    return this.passing && !this.redirectScan && this.behindRedirect === null;
   }
 
-  /** Whether any reply is still due: for a forwarded frame, or of the proxy's own. */
+  /** Whether any reply is still due: for a forwarded frame, or of the proxy's own, or one waiting behind a redirect. */
   get pending(): boolean {
-    return this.outstanding > 0 || this.captures.length > 0;
+    return this.outstanding > 0 || this.captures.length > 0 || this.behindRedirect !== null;
   }
 
   /** Whether a reply of the proxy's own is still due. */
@@ -95,13 +107,15 @@ export class ReplyStream {
     if (this.captures.length === 0) this.passing = true;
   }
 
-  /** Redis closed: a redirect line held across reads goes to the client as it is. */
+  /** Redis closed: a redirect line that waits, and one held across reads, go to the client now. */
   flush(): void {
+    while (this.behindRedirect !== null) this.endRedirectWait();
     this.redirects?.flush();
   }
 
   /** One chunk from Redis. */
   process(chunk: Buffer): void {
+    if (this.behindRedirect !== null) return this.waitBehindRedirect(chunk);
     const scanner = this.scanner;
     scanner.newChunk();
     let pos = 0;
@@ -117,6 +131,7 @@ export class ReplyStream {
           break;
         }
         if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
+        if (this.redirects?.waiting) return this.startRedirectWait(chunk.subarray(pos));
         continue;
       }
       if (this.captures.length === 0 || this.outstanding > 0) {
@@ -126,6 +141,7 @@ export class ReplyStream {
         this.outstanding -= scanner.replies;
         if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
         if (this.outstanding < 0) this.unexpectedReplies(chunk, from);
+        if (this.redirects?.waiting) return this.startRedirectWait(chunk.subarray(pos));
         continue;
       }
       // The next reply that is not a push answers the proxy's own command (or is one it rewrites).
@@ -141,6 +157,37 @@ export class ReplyStream {
     if (from >= chunk.length) return;
     if (scanner.inErrorLine && this.redirects?.holdAtChunkEnd(chunk, from)) return;
     this.port.writeClient(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /** A redirect line waits for the topology: `rest`, and every chunk after it, waits behind it. */
+  private startRedirectWait(rest: Buffer): void {
+    const waiting = this.redirects?.waiting;
+    this.behindRedirect = [];
+    this.bytesBehindRedirect = 0;
+    this.waitBehindRedirect(rest);
+    void waiting?.checked.then(() => {
+      if (this.redirects?.waiting === waiting) this.endRedirectWait();
+    });
+  }
+
+  private waitBehindRedirect(chunk: Buffer): void {
+    if (chunk.length === 0) return;
+    (this.behindRedirect as Buffer[]).push(chunk);
+    this.bytesBehindRedirect += chunk.length;
+    if (this.bytesBehindRedirect > MAX_BYTES_BEHIND_REDIRECT) this.endRedirectWait();
+  }
+
+  /** The waiting line goes out, then what waited behind it, as if it arrived now (it may wait again at a later redirect). */
+  private endRedirectWait(): void {
+    const behind = this.behindRedirect as Buffer[];
+    const redirects = this.redirects as RedirectLines;
+    this.behindRedirect = null;
+    if (this.port.clientGone) {
+      redirects.waiting = null;
+      return;
+    }
+    redirects.release();
+    for (const chunk of behind) this.process(chunk);
   }
 
   /** A whole reply of the proxy's own is in: to its handler. */
