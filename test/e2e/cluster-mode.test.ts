@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { Cluster, type ClusterOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
+import { startCluster, startSpareNode, type ClusterNode, type SpareNode, type TestCluster } from '../support/cluster.js';
 import {
   expectLockFixedOnEveryMaster,
   expectNoDirectConnection,
@@ -739,6 +739,61 @@ describe('cluster mode: what a reply or a node can make the proxy do', () => {
       expect(trap.connections()).toBe(0);
     } finally {
       await trap.close();
+    }
+  });
+
+  it('does not believe a node removed from the cluster that answers first alone: the nodes that serve the slots keep their listeners', async () => {
+    let spare: SpareNode | undefined;
+    let wary: ClusterTestProxy | undefined;
+    try {
+      // Its port is below every node's: the proxy lists it first, and asks it first.
+      spare = await startSpareNode({ portBelow: Math.min(...cluster.nodes.map((n) => n.port)) });
+      const joined = spare;
+      await cluster.command(cluster.nodes[0], 'CLUSTER', 'MEET', '127.0.0.1', joined.port);
+      const knowsEveryone = async (port: number) => {
+        const view = await exchange(port, cmd('CLUSTER', 'NODES'), 1);
+        return [joined, ...cluster.nodes].every((n) => view.includes(n.id) && !view.includes('handshake'));
+      };
+      await expect
+        .poll(async () => (await Promise.all([joined, ...cluster.nodes].map((n) => knowsEveryone(n.port)))).every(Boolean), {
+          timeout: 20_000,
+        })
+        .toBe(true);
+      wary = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, refreshMs: 300 });
+      const proxied = wary;
+      expect(proxied.cluster.nodes()[0]).toMatchObject({ address: `127.0.0.1:${joined.port}`, role: 'master', healthy: true });
+
+      // Removed: every node forgets it, and it forgets them. It keeps running, alone.
+      await Promise.all(cluster.nodes.map((n) => cluster.command(n, 'CLUSTER', 'FORGET', joined.id)));
+      await cluster.command(joined, 'CLUSTER', 'RESET', 'SOFT');
+      expect(await exchange(joined.port, cmd('CLUSTER', 'SHARDS'), 1)).toMatch(/^\*1\r\n\*4\r\n\$5\r\nslots\r\n\*0\r\n/);
+      const refreshes = proxied.stats.clusterRefreshes;
+      await expect.poll(() => proxied.stats.clusterRefreshes, { timeout: 30_000 }).toBeGreaterThanOrEqual(refreshes + 5);
+
+      const real = cluster.nodes.map((n) => `127.0.0.1:${n.port}`).sort();
+      expect(
+        proxied.cluster
+          .nodes()
+          .filter((n) => n.address !== `127.0.0.1:${joined.port}` && n.listening)
+          .map((n) => n.address)
+          .sort(),
+      ).toEqual(real);
+      expect(await exchange(proxied.port, cmd('CLUSTER', 'INFO'), 1)).toContain('cluster_state:ok');
+      const slots = await exchange(proxied.port, cmd('CLUSTER', 'SLOTS'), 1);
+      const direct = await exchange(cluster.nodes[0].port, cmd('CLUSTER', 'SLOTS'), 1);
+      expect(slots.split('\r\n')[0]).toBe(direct.split('\r\n')[0]);
+      expect(proxied.stats.clusterViewsSetAside).toBeGreaterThan(0);
+      // It did leave the cluster, by the word of the nodes that serve every slot.
+      await waitForListeners(
+        proxied,
+        'the removed node to be drained',
+        (nodes) => !nodes.some((n) => n.address === `127.0.0.1:${joined.port}`),
+        20_000,
+      );
+    } finally {
+      await wary?.close();
+      await spare?.stop();
+      await cluster.waitHealthy();
     }
   });
 });
