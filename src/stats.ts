@@ -63,6 +63,11 @@ export class Stats {
   /** With --cluster: topology refreshes that succeeded and that failed. */
   clusterRefreshes = 0;
   clusterRefreshFailures = 0;
+  /** With --cluster: nodes' views of the cluster that were not believed (cluster/views.ts). */
+  clusterViewsSetAside = 0;
+  /** With --cluster: node addresses in redirects and in topology replies that the topology does not have (passed on as they are). */
+  unknownNodesInRedirects = 0;
+  unknownNodesInTopology = 0;
   /** Rule reloads that succeeded and that were refused. */
   ruleReloads = 0;
   ruleReloadFailures = 0;

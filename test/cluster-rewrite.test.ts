@@ -12,6 +12,7 @@ import {
   type Announce,
   type NodeDirectory,
   type TopologyReply,
+  UnknownNode,
 } from '../src/cluster/rewrite.js';
 import { decodeReply } from '../src/resp/value.js';
 
@@ -146,6 +147,15 @@ class FakeDirectory implements NodeDirectory {
 
   noteRedirect(): void {
     this.calls.push('redirect');
+  }
+
+  unknownNode(host: string, port: number, where: 'redirect' | 'topology'): void {
+    this.calls.push(`unknown ${host}:${port} in ${where}`);
+  }
+
+  askAgain(): Promise<void> {
+    this.calls.push('ask again');
+    return Promise.resolve();
   }
 }
 
@@ -351,13 +361,11 @@ function rewrite(kind: TopologyReply | null, reply: string, nodes: NodeDirectory
   return rewriteTopologyReply(kind, latin1(reply), nodes, ANNOUNCE).toString('latin1');
 }
 
-/** rewriteRedirect on an error line (CRLF added), as a string or null. */
+/** rewriteRedirect on an error line (CRLF added), as a string, null, or `unknown host:port`. */
 function redirect(line: string, nodes: NodeDirectory = new FakeDirectory(), announce: Announce = ANNOUNCE): string | null {
-  return (
-    rewriteRedirect(latin1(`${line}\r\n`), nodes, announce)
-      ?.toString('latin1')
-      .replace(/\r\n$/, '') ?? null
-  );
+  const rewritten = rewriteRedirect(latin1(`${line}\r\n`), nodes, announce);
+  if (rewritten instanceof UnknownNode) return `unknown ${rewritten.host}:${rewritten.port}`;
+  return rewritten?.toString('latin1').replace(/\r\n$/, '') ?? null;
 }
 
 // ---------------------------------------------------------------------------
@@ -451,13 +459,22 @@ describe('rewriteTopologyReply by address', () => {
     expect(edge.calls).toEqual([`id ${ID.m3}`, 'address 127.0.0.1:32003', `id ${ID.m1}`, 'address seed.internal:32001']);
   });
 
-  it('leaves a node the directory does not know as it was', () => {
+  it('leaves a node the directory does not know as it was, and reports it', () => {
     const onlyFirst = new FakeDirectory(new Map([[ID.m1, 7001]]), new Map([['127.0.0.1:32002', 7102]]));
     const expected = swap(SLOTS_RESP2, [
       [`$9\r\n127.0.0.1\r\n:32001\r\n`, `${bulk(HOST)}:7001\r\n`],
       ['$9\r\n127.0.0.1\r\n:32002\r\n', `${bulk(HOST)}:7102\r\n`],
     ]);
     expect(rewrite('slots', SLOTS_RESP2, onlyFirst)).toBe(expected);
+    expect(onlyFirst.calls.filter((call) => call.startsWith('unknown'))).toEqual(['unknown 127.0.0.1:32003 in topology']);
+    // "?" is the node this connection goes to: the upstream host.
+    const none = knowingNothing();
+    rewrite('slots', SLOTS_HOSTNAME_RESP2, none);
+    expect(none.calls.filter((call) => call.startsWith('unknown'))).toEqual([
+      'unknown node-1.example:32001 in topology',
+      'unknown node-2.example:32002 in topology',
+      'unknown seed.internal:32003 in topology',
+    ]);
   });
 });
 
@@ -567,12 +584,12 @@ describe('rewriteRedirect', () => {
     expect(nodes.calls).toEqual([]);
   });
 
-  it('returns null for a node the directory has no listener for (a MOVED is still noted)', () => {
+  it('answers UnknownNode for a node the directory has no listener for, leaving the decision to the caller (a MOVED is still noted)', () => {
     const moved = new FakeDirectory();
-    expect(redirect('-MOVED 1 10.9.9.9:6379', moved)).toBeNull();
+    expect(redirect('-MOVED 1 10.9.9.9:6379', moved)).toBe('unknown 10.9.9.9:6379');
     expect(moved.calls).toEqual(['redirect', 'address 10.9.9.9:6379']);
     const ask = new FakeDirectory();
-    expect(redirect('-ASK 1 10.9.9.9:6379', ask)).toBeNull();
-    expect(ask.calls).toEqual(['address 10.9.9.9:6379']);
+    expect(redirect('-ASK 1 ?:6379', ask)).toBe('unknown seed.internal:6379');
+    expect(ask.calls).toEqual(['address seed.internal:6379']);
   });
 });

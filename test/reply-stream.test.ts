@@ -6,6 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import type { PendingRedirect } from '../src/cluster/redirect-lines.js';
 import { ReplyStream, type ReplyStreamPort } from '../src/session/reply-stream.js';
 import { splitAt } from './support/chunks.js';
 
@@ -21,6 +22,9 @@ class FakePort implements ReplyStreamPort {
   }
   lost(reason: string): void {
     this.events.push(`lost ${reason}`);
+  }
+  repliesWaiting(waiting: boolean): void {
+    this.events.push(waiting ? 'waiting' : 'going on');
   }
 }
 
@@ -110,5 +114,106 @@ describe('ReplyStream', () => {
     expect(stream.passingThrough).toBe(false); // redirects still name nodes
     feed(stream, '-MOVED 3 10.0.0.9:6379\r\n');
     expect(port.client).toBe('-MOVED 3 proxy:7001\r\n');
+  });
+
+  describe('in cluster mode, a redirect to a node not known yet', () => {
+    /** Redirects to 10.0.0.9 wait until `settle()`; then they name the proxy, as a refresh that learned the node would. */
+    function waitingRewrite(): { rewrite: (line: Buffer) => Buffer | null | PendingRedirect; settle: () => Promise<void> } {
+      let release!: () => void;
+      const checked = new Promise<void>((resolve) => (release = resolve));
+      return {
+        rewrite: (line: Buffer): Buffer | null | PendingRedirect => {
+          const text = line.toString('latin1');
+          if (!/^-(MOVED|ASK) /.test(text)) return null;
+          return { checked, answer: () => Buffer.from(text.replace(/\S+:\d+/, 'proxy:7001'), 'latin1') };
+        },
+        settle: async () => {
+          release();
+          await new Promise((resolve) => setImmediate(resolve));
+        },
+      };
+    }
+
+    const TEXT = '+A\r\n*3\r\n:1\r\n-ASK 2 10.0.0.9:6380\r\n$1\r\nx\r\n-MOVED 1 10.0.0.9:6379\r\n+B\r\n';
+    const BEFORE = '+A\r\n*3\r\n:1\r\n';
+    const AFTER = '+A\r\n*3\r\n:1\r\n-ASK 2 proxy:7001\r\n$1\r\nx\r\n-MOVED 1 proxy:7001\r\n+B\r\n';
+
+    it('holds it and every byte after it, in order, however the bytes are split, until the check settles', async () => {
+      await fc.assert(
+        fc.asyncProperty(fc.array(fc.integer({ min: 1, max: TEXT.length - 1 }), { maxLength: 5 }), async (cuts) => {
+          const port = new FakePort();
+          const { rewrite, settle } = waitingRewrite();
+          const stream = new ReplyStream(port, rewrite);
+          stream.expect(3);
+          feed(stream, TEXT, cuts);
+          expect(port.client).toBe(BEFORE);
+          expect([stream.pending, stream.passingThrough, port.events.at(-1)]).toEqual([true, false, 'waiting']);
+          await settle();
+          expect(port.client).toBe(AFTER);
+          expect([stream.pending, port.events.at(-1)]).toEqual([false, 'going on']);
+        }),
+        { numRuns: 50 },
+      );
+    });
+
+    it('also once replies are no longer counted', async () => {
+      const port = new FakePort();
+      const { rewrite, settle } = waitingRewrite();
+      const stream = new ReplyStream(port, rewrite);
+      stream.stopCounting();
+      feed(stream, TEXT);
+      expect(port.client).toBe(BEFORE);
+      await settle();
+      expect(port.client).toBe(AFTER);
+    });
+
+    it('goes out when Redis closes the connection, without waiting any longer', () => {
+      const port = new FakePort();
+      const { rewrite } = waitingRewrite();
+      const stream = new ReplyStream(port, rewrite);
+      stream.expect(3);
+      feed(stream, TEXT);
+      stream.flush();
+      expect(port.client).toBe(AFTER);
+      expect(stream.pending).toBe(false);
+    });
+
+    it('goes out once more than 1 MiB waits behind it', () => {
+      const port = new FakePort();
+      const { rewrite } = waitingRewrite();
+      const stream = new ReplyStream(port, rewrite);
+      const big = `$${1024 * 1024}\r\n${'v'.repeat(1024 * 1024)}\r\n`;
+      stream.expect(3);
+      feed(stream, `-MOVED 1 10.0.0.9:6379\r\n+A\r\n`);
+      expect(port.client).toBe('');
+      feed(stream, big);
+      expect(port.client).toBe(`-MOVED 1 proxy:7001\r\n+A\r\n${big}`);
+    });
+
+    it('lets a later redirect in what waited wait in turn, keeping the order when the size limit ends both waits', () => {
+      const port = new FakePort();
+      const { rewrite } = waitingRewrite();
+      const stream = new ReplyStream(port, rewrite);
+      const half = `$${600 * 1024}\r\n${'v'.repeat(600 * 1024)}\r\n`;
+      stream.expect(5);
+      feed(stream, '-MOVED 1 10.0.0.9:6379\r\n');
+      feed(stream, `-MOVED 2 10.0.0.9:6379\r\n${half}`);
+      expect(port.client).toBe('');
+      feed(stream, half);
+      feed(stream, '+END\r\n');
+      expect(port.client).toBe(`-MOVED 1 proxy:7001\r\n-MOVED 2 proxy:7001\r\n${half}${half}+END\r\n`);
+      expect(stream.pending).toBe(false);
+    });
+
+    it('sends nothing once the client is gone', async () => {
+      const port = new FakePort();
+      const { rewrite, settle } = waitingRewrite();
+      const stream = new ReplyStream(port, rewrite);
+      stream.expect(3);
+      feed(stream, TEXT);
+      port.clientGone = true;
+      await settle();
+      expect(port.client).toBe(BEFORE);
+    });
   });
 });

@@ -218,6 +218,20 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
       emit({ result: 'ok' }, stats.clusterRefreshes);
       emit({ result: 'failed' }, stats.clusterRefreshFailures);
     });
+    counter(
+      'cluster_views_set_aside_total',
+      "Nodes' views of the cluster not believed: they serve too few slots, and most nodes asked do not share them.",
+      () => stats.clusterViewsSetAside,
+    );
+    labelledCounter(
+      'cluster_unknown_nodes_total',
+      'Node addresses in replies that the topology does not have, passed on as Redis wrote them, by where.',
+      ['in'],
+      (emit) => {
+        emit({ in: 'redirect' }, stats.unknownNodesInRedirects);
+        emit({ in: 'topology' }, stats.unknownNodesInTopology);
+      },
+    );
   }
   if (rulesLoaded !== undefined) gauge('rules_loaded', 'Rules currently loaded.', rulesLoaded);
   if (ruleFiles !== undefined) {

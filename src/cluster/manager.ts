@@ -8,12 +8,20 @@
  * when it leaves and comes back.
  *
  * The topology is asked again every --cluster-refresh-ms, and soon after a
- * client is sent a -MOVED. New nodes get listeners; a node missing from two
- * refreshes in a row is drained (its listener stops accepting, its
- * connections finish what is in flight). A failover needs nothing of the
- * proxy: every node, master or replica, has its listener, and clients follow
- * the -MOVED replies (rewritten) to the new master.
+ * client is sent a -MOVED. Only a view that can be believed (views.ts) is
+ * applied. New nodes get listeners; a node missing from two such views in a
+ * row is drained (its listener stops accepting, its connections finish what is
+ * in flight), one that served slots only when those views serve every slot.
+ * A failover needs nothing of the proxy: every node, master or replica,
+ * has its listener, and clients follow the -MOVED replies (rewritten) to the
+ * new master.
+ *
+ * Nodes come only from those views: an address that a reply names (a
+ * redirect, CLUSTER SLOTS) is never listened for nor dialled on the reply's
+ * word. It makes the proxy ask the topology again, and a redirect waits for
+ * that (see askAgain).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { formatAddress } from '../address.js';
 import type { ListenerTls, UpstreamTls } from '../config.js';
 import { TopologyError } from '../errors.js';
@@ -25,6 +33,7 @@ import { UpstreamConnector, type UpstreamLocator } from '../upstream/connect.js'
 import type { UpstreamTarget } from '../upstream/target.js';
 import type { NodeDirectory } from './rewrite.js';
 import { fetchTopology, type ClusterNodeInfo } from './topology.js';
+import { believedView, SLOT_COUNT, type BelievedView, type ViewSource } from './views.js';
 
 export interface ClusterManagerOptions {
   /** Seed URLs: where the topology is first asked; credentials and TLS apply to every node. */
@@ -66,8 +75,12 @@ interface NodeListener {
   missing: number;
 }
 
-/** Listeners at most: addresses come from Redis, but a broken reply must not open thousands of ports. */
+/** Listeners at most: addresses come from Redis, but a broken view must not open thousands of ports. */
 const MAX_NODES = 1000;
+/** An unknown address a reply names is logged once in this long (each is counted all the same). */
+const UNKNOWN_LOG_INTERVAL_MS = 10 * 60 * 1000;
+/** Unknown addresses remembered as logged, at most: replies can name any number of them. */
+const MAX_UNKNOWN_LOGGED = 100;
 /** How long the port of a node that left stays its own. */
 const RETIRED_PORT_KEEP_MS = 60 * 60 * 1000;
 /** A -MOVED refreshes the topology at most this often. */
@@ -84,6 +97,12 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   private refreshTimer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | null = null;
   private lastRefreshStart = 0;
+  /** The refresh that replies naming unknown nodes wait for (askAgain), until it starts. */
+  private nextAsked: Promise<void> | null = null;
+  /** Nodes whose last view was not believed: asked last. */
+  private readonly unbelieved = new Set<string>();
+  /** Unknown addresses logged, and when. */
+  private readonly unknownLogged = new Map<string, number>();
   private closed = false;
 
   private constructor(private readonly options: ClusterManagerOptions) {
@@ -91,22 +110,18 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     for (const port of options.portMap.values()) this.usedPorts.add(port);
   }
 
-  /** Discovers the cluster from the seeds and opens a listener per node. Fails with a clear error when no seed answers. */
+  /** Discovers the cluster from the seeds and opens a listener per node. Fails with a clear error when no seed answers, or no seed's view can be believed. */
   static async start(options: ClusterManagerOptions): Promise<ClusterManager> {
     const manager = new ClusterManager(options);
-    const errors: string[] = [];
-    let nodes: ClusterNodeInfo[] | null = null;
-    for (const seed of options.seeds) {
-      try {
-        nodes = await fetchTopology(seed, options.upstreamTls, seed.host as string, seed.port as number, options.connectTimeoutMs);
-        break;
-      } catch (err) {
-        errors.push(`${seed.display}: ${(err as Error).message}`);
-      }
+    const seeds = options.seeds.map((seed) => ({ host: seed.host as string, port: seed.port as number, label: seed.display }));
+    let view: BelievedView;
+    try {
+      view = await believedView(seeds, (seed) => manager.ask(seed), 'seed');
+    } catch (err) {
+      throw new TopologyError(`cluster: ${(err as Error).message}`, { cause: err });
     }
-    if (nodes === null) throw new TopologyError(`cluster: no seed answered CLUSTER SHARDS/NODES (${errors.join('; ')})`);
-    const sorted = [...nodes].sort((a, b) => (a.host === b.host ? a.port - b.port : a.host < b.host ? -1 : 1));
-    manager.apply(sorted);
+    const sorted = [...view.nodes].sort((a, b) => (a.host === b.host ? a.port - b.port : a.host < b.host ? -1 : 1));
+    manager.apply({ ...view, nodes: sorted });
     await manager.listening();
     // Replies name these ports: one that is not the proxy's (another program has it) would send
     // clients elsewhere. At start-up that is a configuration error.
@@ -133,27 +148,57 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
 
   portForAddress(host: string, port: number): number | undefined {
     const address = formatAddress(host, port);
-    const known = this.byAddress.get(address) ?? this.byHostname.get(address);
-    if (known !== undefined) return known.listenPort;
-    // A node the proxy has not seen yet (it joined since the last refresh): listen for it now, so
-    // that the client this address is going to can connect at once.
-    const listener = this.add(host, port, null);
-    if (listener === null) return undefined;
-    this.options.log.info({ node: address, listen: listener.listenPort }, 'cluster: node learned from a reply; listening for it');
-    void this.refresh('new-node');
-    return listener.listenPort;
+    return (this.byAddress.get(address) ?? this.byHostname.get(address))?.listenPort;
   }
 
   noteRedirect(): void {
     if (Date.now() - this.lastRefreshStart >= REDIRECT_REFRESH_MS) void this.refresh('moved');
   }
 
+  unknownNode(host: string, port: number, where: 'redirect' | 'topology'): void {
+    if (where === 'redirect') this.options.stats.unknownNodesInRedirects++;
+    else this.options.stats.unknownNodesInTopology++;
+    const address = formatAddress(host, port);
+    const now = Date.now();
+    if (now - (this.unknownLogged.get(address) ?? -Infinity) >= UNKNOWN_LOG_INTERVAL_MS) {
+      if (this.unknownLogged.size >= MAX_UNKNOWN_LOGGED) this.unknownLogged.clear();
+      this.unknownLogged.set(address, now);
+      this.options.log.warn({ node: address, in: where }, 'cluster: a reply names a node the topology does not have; passed on as it is');
+    }
+    void this.askAgain();
+  }
+
+  /**
+   * A refresh that starts after this call (at most one a second, as for a
+   * -MOVED): a node a reply names may have joined since the last one. Settles
+   * once it is applied and new listeners are bound, or after the connect
+   * timeout, whichever comes first.
+   */
+  askAgain(): Promise<void> {
+    if (this.nextAsked === null) {
+      const refreshed = (async () => {
+        const wait = this.lastRefreshStart + REDIRECT_REFRESH_MS - Date.now();
+        if (wait > 0) await sleep(wait, undefined, { ref: false });
+        await this.refreshing; // one that started before the reply may not know the node
+        this.nextAsked = null;
+        await this.refresh('unknown-node');
+        await this.listening();
+      })();
+      this.nextAsked = Promise.race([refreshed, sleep(this.options.connectTimeoutMs, undefined, { ref: false })]);
+    }
+    return this.nextAsked;
+  }
+
   // ------------------------------------------------------------ seed listener
 
-  /** The node the seed listener sends a new connection to: a healthy master if one is known. */
+  /**
+   * The node the seed listener sends a new connection to: a healthy master of the last believed
+   * view if one is known.
+   */
   locate(): { host: string; port: number } {
     let fallback: NodeListener | undefined;
     for (const node of this.byAddress.values()) {
+      if (node.missing > 0 || this.unbelieved.has(node.address)) continue;
       if (node.info?.healthy && node.info.role === 'master') return node;
       if (node.info?.healthy !== false) fallback ??= node;
     }
@@ -198,10 +243,10 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   refresh(reason: string): Promise<void> {
     if (this.refreshing !== null || this.closed) return this.refreshing ?? Promise.resolve();
     this.lastRefreshStart = Date.now();
-    this.refreshing = this.fetchFromAnyNode()
-      .then((nodes) => {
+    this.refreshing = believedView(this.sources(), (source) => this.ask(source), 'node')
+      .then((view) => {
         this.options.stats.clusterRefreshes++;
-        if (!this.closed) this.apply(nodes);
+        if (!this.closed) this.apply(view);
       })
       .catch((err: Error) => {
         this.options.stats.clusterRefreshFailures++;
@@ -211,28 +256,27 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     return this.refreshing;
   }
 
-  /** Healthy masters first, then the other known nodes, then the seeds. */
-  private async fetchFromAnyNode(): Promise<ClusterNodeInfo[]> {
+  /** Whom a refresh asks: healthy masters first, then the other known nodes, those whose last view was not believed, then the seeds. */
+  private sources(): ViewSource[] {
+    const rank = (node: NodeListener): number => (this.unbelieved.has(node.address) ? 4 : healthRank(node));
     const known = [...this.byAddress.values()].sort((a, b) => rank(a) - rank(b));
-    const candidates = [
-      ...known.map((node) => ({ host: node.host, port: node.port })),
-      ...this.options.seeds.map((s) => ({ host: s.host as string, port: s.port as number })),
+    return [
+      ...known.map((node) => ({ host: node.host, port: node.port, label: node.address })),
+      ...this.options.seeds.map((s) => ({ host: s.host as string, port: s.port as number, label: s.display })),
     ];
-    const errors: string[] = [];
-    for (const { host, port } of candidates) {
-      try {
-        return await fetchTopology(this.options.seeds[0], this.options.upstreamTls, host, port, this.options.connectTimeoutMs);
-      } catch (err) {
-        errors.push(`${formatAddress(host, port)}: ${(err as Error).message}`);
-      }
-    }
-    throw new TopologyError(`no node answered (${errors.slice(0, 3).join('; ')})`);
   }
 
-  private apply(nodes: readonly ClusterNodeInfo[]): void {
+  /** The topology as one node sees it. */
+  private ask(source: ViewSource): Promise<ClusterNodeInfo[]> {
+    const o = this.options;
+    return fetchTopology(o.seeds[0], o.upstreamTls, source.host, source.port, o.connectTimeoutMs);
+  }
+
+  private apply(view: BelievedView): void {
+    this.noteSetAside(view);
     const seen = new Set<NodeListener>();
-    for (const info of nodes) {
-      const listener = this.byAddress.get(formatAddress(info.host, info.port)) ?? this.add(info.host, info.port, info);
+    for (const info of view.nodes) {
+      const listener = this.byAddress.get(formatAddress(info.host, info.port)) ?? this.add(info);
       if (listener === null) continue;
       seen.add(listener);
       this.describeNode(listener, info);
@@ -241,10 +285,26 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     for (const listener of [...this.byAddress.values()]) {
       if (seen.has(listener)) {
         listener.missing = 0;
+      } else if (!view.complete && (listener.info?.slots.length ?? 0) > 0) {
+        // It served slots when last seen: only a view that serves every slot can say it left.
       } else if (++listener.missing >= 2) {
         this.retire(listener);
       }
     }
+  }
+
+  /** Views not believed are logged (once until the node's view is believed again) and counted; their nodes are asked last. */
+  private noteSetAside(view: BelievedView): void {
+    for (const [address, served] of view.setAside) {
+      this.options.stats.clusterViewsSetAside++;
+      if (this.unbelieved.has(address)) continue;
+      this.unbelieved.add(address);
+      this.options.log.warn(
+        { node: address, slotsServed: served, of: SLOT_COUNT },
+        "cluster: a node's view of the cluster is not believed (it serves too few slots, and most nodes do not share it)",
+      );
+    }
+    for (const address of view.believedFrom) this.unbelieved.delete(address);
   }
 
   private describeNode(listener: NodeListener, info: ClusterNodeInfo): void {
@@ -259,8 +319,9 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
     }
   }
 
-  /** Registers a node and starts its listener; null when no port is left for it. */
-  private add(host: string, port: number, info: ClusterNodeInfo | null): NodeListener | null {
+  /** Registers a node of a believed view and starts its listener; null when no port is left for it. */
+  private add(info: ClusterNodeInfo): NodeListener | null {
+    const { host, port } = info;
     const address = formatAddress(host, port);
     if (this.byAddress.size >= MAX_NODES) {
       this.options.log.error({ node: address, max: MAX_NODES }, 'cluster: too many nodes; not listening for this one');
@@ -283,14 +344,14 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
       missing: 0,
     };
     this.byAddress.set(address, listener);
-    if (info !== null) this.describeNode(listener, info);
+    this.describeNode(listener, info);
     this.listen(listener);
     return listener;
   }
 
-  private portFor(address: string, info: ClusterNodeInfo | null): number | null {
+  private portFor(address: string, info: ClusterNodeInfo): number | null {
     const mapped =
-      this.options.portMap.get(address) ?? (info?.hostname ? this.options.portMap.get(formatAddress(info.hostname, info.port)) : undefined);
+      this.options.portMap.get(address) ?? (info.hostname ? this.options.portMap.get(formatAddress(info.hostname, info.port)) : undefined);
     if (mapped !== undefined) return mapped;
     const retired = this.retiredPorts.get(address);
     this.retiredPorts.delete(address);
@@ -354,6 +415,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   /** A node left the cluster: stop accepting for it, let its connections finish. Its port stays reserved for it. */
   private retire(listener: NodeListener): void {
     this.byAddress.delete(listener.address);
+    this.unbelieved.delete(listener.address);
     if (listener.info !== null && this.byId.get(listener.info.id) === listener) this.byId.delete(listener.info.id);
     if (listener.info?.hostname) this.byHostname.delete(formatAddress(listener.info.hostname, listener.port));
     if (![...this.options.portMap.values()].includes(listener.listenPort)) this.usedPorts.delete(listener.listenPort);
@@ -388,7 +450,7 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   }
 }
 
-function rank(node: NodeListener): number {
+function healthRank(node: NodeListener): number {
   if (node.info === null) return 2;
   return node.info.healthy ? (node.info.role === 'master' ? 0 : 1) : 3;
 }

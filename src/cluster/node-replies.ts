@@ -10,6 +10,7 @@ import { Cmd } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
 import type { TransactionState } from '../session/transaction-state.js';
 import type { Stats } from '../stats.js';
+import type { PendingRedirect } from './redirect-lines.js';
 import {
   rewriteExecReply,
   rewriteRedirect,
@@ -19,6 +20,7 @@ import {
   type NodeDirectory,
   type QueuedTopology,
   type TopologyReply,
+  UnknownNode,
 } from './rewrite.js';
 
 /** What --cluster gives each session. */
@@ -42,12 +44,28 @@ export class NodeReplies {
     private readonly stats: Stats,
   ) {}
 
-  /** A -MOVED/-ASK line rewritten to name a listener; null when the line is another error. */
-  readonly rewriteRedirect = (line: Buffer): Buffer | null => {
+  /**
+   * A -MOVED/-ASK line rewritten to name a listener; null when the line is another error. One
+   * that names a node the proxy does not know waits until the topology has been asked again.
+   */
+  readonly rewriteRedirect = (line: Buffer): Buffer | null | PendingRedirect => {
     const rewritten = rewriteRedirect(line, this.cluster.nodes, this.announce());
+    if (rewritten instanceof UnknownNode) return { checked: this.cluster.nodes.askAgain(), answer: () => this.redirectNow(line) };
     if (rewritten !== null) this.stats.redirectsRewritten++;
     return rewritten;
   };
+
+  /** The line rewritten if it is a redirect to a node the proxy knows; else as Redis wrote it. */
+  private redirectNow(line: Buffer): Buffer {
+    const rewritten = rewriteRedirect(line, this.cluster.nodes, this.announce());
+    if (rewritten === null) return line;
+    if (rewritten instanceof UnknownNode) {
+      this.cluster.nodes.unknownNode(rewritten.host, rewritten.port, 'redirect');
+      return line;
+    }
+    this.stats.redirectsRewritten++;
+    return rewritten;
+  }
 
   /**
    * The frame whose head `scanner` holds is being forwarded (`tx` has taken it): the rewrite of

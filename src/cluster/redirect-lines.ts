@@ -4,8 +4,23 @@
  * EXEC array, say); a redirect is passed on rewritten (see rewrite.ts), any
  * other error as it is. A redirect that TCP splits across reads is held
  * until its end arrives, so that it is always rewritten whole.
+ *
+ * A redirect to a node the proxy does not know yet waits (a PendingRedirect)
+ * until the topology has been asked again: the reply stream pauses at that
+ * line, and the line then goes out rewritten, or as Redis wrote it.
  */
 import type { ReplyScanner } from '../resp/reply-scanner.js';
+
+/** A redirect line that names a node the proxy does not know yet. */
+export interface PendingRedirect {
+  /** Settles once the topology has been asked again (or the wait is over). */
+  readonly checked: Promise<void>;
+  /** The line to send now: rewritten if its node is known by now, else as Redis wrote it. */
+  answer(): Buffer;
+}
+
+/** The rewritten line (CRLF included), null for an error that is no redirect, or a redirect that must wait. */
+export type RedirectRewrite = (line: Buffer) => Buffer | null | PendingRedirect;
 
 /** Longest -MOVED/-ASK line waited for across reads (they are about 40 bytes). */
 const MAX_REDIRECT_LINE = 512;
@@ -17,13 +32,14 @@ export class RedirectLines {
   private head: Buffer[] = [];
   /** The error line in progress was already passed on (it cannot be a redirect). */
   private passed = false;
+  /** The redirect that waits for the topology: nothing after it goes to the client before it. */
+  waiting: PendingRedirect | null = null;
 
   constructor(
     private readonly scanner: ReplyScanner,
     /** Sends bytes on to the client, in order. */
     private readonly write: (bytes: Buffer) => void,
-    /** The rewritten line (CRLF included), or null for an error that is no redirect. */
-    private readonly rewrite: (line: Buffer) => Buffer | null,
+    private readonly rewrite: RedirectRewrite,
   ) {}
 
   /**
@@ -45,8 +61,16 @@ export class RedirectLines {
       return from;
     }
     if (start >= 0) this.write(chunk.subarray(from, start));
-    this.write(rewritten);
+    if (Buffer.isBuffer(rewritten)) this.write(rewritten);
+    else this.waiting = rewritten;
     return pos;
+  }
+
+  /** Ends the wait: the waiting line goes to the client (see PendingRedirect.answer). */
+  release(): void {
+    const waiting = this.waiting as PendingRedirect;
+    this.waiting = null;
+    this.write(waiting.answer());
   }
 
   /**

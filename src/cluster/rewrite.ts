@@ -10,6 +10,11 @@
  * An endpoint of "?" or "" (cluster-preferred-endpoint-type unknown-endpoint,
  * or a node without the hostname asked for) means "the host you are connected
  * to": it is kept, because the client is connected to the proxy.
+ *
+ * Only nodes of the proxy's own topology have listeners. A reply can name any
+ * address (a script can return `-MOVED 1 <anywhere>`, a node can be told to
+ * meet anyone): an address the topology does not have is left as Redis wrote
+ * it, and never dialled.
  */
 import { decodeReply, encodeReply, integerOf, pairsOf, setInteger, setText, textOf, type RespValue } from '../resp/value.js';
 
@@ -19,11 +24,29 @@ export interface NodeDirectory {
   portForId(id: string): number | undefined;
   /**
    * Listener port of the node at this upstream address (an IP or host name
-   * and a port). An address not seen before gets a listener of its own.
+   * and a port), if the proxy knows the node. Nodes come only from the
+   * proxy's own topology queries: an address seen only in a reply gets no
+   * listener, and is never dialled.
    */
   portForAddress(host: string, port: number): number | undefined;
   /** A -MOVED was seen: the slot map changed (the topology is refreshed soon). */
   noteRedirect(): void;
+  /**
+   * A reply named this address, which no node of the topology has: the reply
+   * names it as Redis wrote it. Counted and logged; the topology is asked
+   * again soon (the node may have joined since).
+   */
+  unknownNode(host: string, port: number, where: 'redirect' | 'topology'): void;
+  /** Settles once the topology has been asked again and new listeners are bound, or after the connect timeout. */
+  askAgain(): Promise<void>;
+}
+
+/** rewriteRedirect's answer for a redirect to an address that no node of the topology has. */
+export class UnknownNode {
+  constructor(
+    readonly host: string,
+    readonly port: number,
+  ) {}
 }
 
 /** What one client connection's replies are rewritten with. */
@@ -71,19 +94,25 @@ function splitAddress(address: string): { host: string; port: number } | null {
   return { host: address.slice(0, colon).replace(/^\[(.*)\]$/, '$1'), port: Number(port) };
 }
 
+/** The listener port of a node named in a reply: by id, else by address. */
 function lookup(nodes: NodeDirectory, announce: Announce, id: string | null, endpoint: string, port: number): number | undefined {
-  return (
-    (id !== null ? nodes.portForId(id) : undefined) ?? nodes.portForAddress(unspecified(endpoint) ? announce.upstreamHost : endpoint, port)
-  );
+  return (id !== null ? nodes.portForId(id) : undefined) ?? nodes.portForAddress(nodeHost(announce, endpoint), port);
+}
+
+/** The host a reply names a node by: an endpoint of "?" or "" is the host of this connection's node. */
+function nodeHost(announce: Announce, endpoint: string): string {
+  return unspecified(endpoint) ? announce.upstreamHost : endpoint;
 }
 
 const REDIRECT = /^-(MOVED|ASK) (\d+) (.*)$/;
 
 /**
  * Rewrites a `-MOVED slot host:port` or `-ASK slot host:port` error line
- * (CRLF included); returns null for any other error.
+ * (CRLF included); returns null for any other error, and an UnknownNode for
+ * a redirect to an address no node of the topology has (the caller decides:
+ * wait for the topology to be asked again, or pass the line on as it is).
  */
-export function rewriteRedirect(line: Buffer, nodes: NodeDirectory, announce: Announce): Buffer | null {
+export function rewriteRedirect(line: Buffer, nodes: NodeDirectory, announce: Announce): Buffer | null | UnknownNode {
   if (line.length < 6 || (line[1] !== 0x4d && line[1] !== 0x41)) return null; // neither -M(OVED) nor -A(SK)
   const match = REDIRECT.exec(line.toString('latin1', 0, line.length - 2));
   if (match === null) return null;
@@ -91,7 +120,7 @@ export function rewriteRedirect(line: Buffer, nodes: NodeDirectory, announce: An
   if (address === null) return null;
   if (match[1] === 'MOVED') nodes.noteRedirect();
   const port = lookup(nodes, announce, null, address.host, address.port);
-  if (port === undefined) return null;
+  if (port === undefined) return new UnknownNode(nodeHost(announce, address.host), address.port);
   // Redis writes an IPv6 address unbracketed here; so does the proxy.
   const host = unspecified(address.host) ? address.host : announce.host;
   return Buffer.from(`-${match[1]} ${match[2]} ${host}:${port}\r\n`, 'latin1');
@@ -184,7 +213,7 @@ class Rewriter {
         const endpoint = isNull(endpointValue) ? '' : textOf(endpointValue);
         const port = integerOf(portValue);
         if (endpoint === null || port === null) continue;
-        const proxyPort = lookup(this.nodes, this.announce, textOf(idValue), endpoint, port);
+        const proxyPort = this.listenerOf(textOf(idValue), endpoint, port);
         if (proxyPort === undefined) continue;
         if (!unspecified(endpoint)) setText(endpointValue, this.announce.host);
         setInteger(portValue, proxyPort);
@@ -214,7 +243,7 @@ class Rewriter {
           : (fields.get('port') ?? fields.get('tls-port'));
         const port = integerOf(portValue);
         if (port === null) continue;
-        const proxyPort = lookup(this.nodes, this.announce, id, unspecified(ip) ? endpoint : ip, port);
+        const proxyPort = this.listenerOf(id, unspecified(ip) ? endpoint : ip, port);
         if (proxyPort === undefined) continue;
         this.listenerPort(node, proxyPort);
         for (const [key, field] of fields) {
@@ -285,13 +314,20 @@ class Rewriter {
     if (at === -1) return null;
     const address = splitAddress(field.slice(0, at));
     if (address === null || address.port === 0) return null; // a node without an address yet
-    const proxyPort = lookup(this.nodes, this.announce, id, address.host, address.port);
+    const proxyPort = this.listenerOf(id, address.host, address.port);
     if (proxyPort === undefined) return null;
     const comma = field.indexOf(',', at);
     const bus = comma === -1 ? field.slice(at) : field.slice(at, comma);
     const hostname = comma === -1 ? null : field.slice(comma + 1);
     const host = address.host === '' ? '' : this.announce.host;
     return `${host}:${proxyPort}${bus}${hostname === null ? '' : `,${hostname === '' ? '' : this.announce.host}`}`;
+  }
+
+  /** The listener port of a node the reply names; a node the topology does not have is left as Redis wrote it. */
+  private listenerOf(id: string | null, endpoint: string, port: number): number | undefined {
+    const proxyPort = lookup(this.nodes, this.announce, id, endpoint, port);
+    if (proxyPort === undefined) this.nodes.unknownNode(nodeHost(this.announce, endpoint), port, 'topology');
+    return proxyPort;
   }
 
   /** An ip or hostname field: the announce host, unless the node has none. */

@@ -13,9 +13,18 @@
  * When the count is lost (more replies than requests, a stream that is not RESP), the connection
  * stops being interpreted, unless a reply of the proxy's own is due: then its state is unknown,
  * and the session closes rather than fake it.
+ *
+ * With --cluster, a -MOVED/-ASK line that names a node not known yet waits for the topology
+ * to be asked again (RedirectLines): the bytes Redis sends after it wait behind it, in order.
  */
-import { RedirectLines } from '../cluster/redirect-lines.js';
+import { RedirectLines, type RedirectRewrite } from '../cluster/redirect-lines.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
+
+/**
+ * Bytes from Redis that may wait behind a redirect line being checked (reading from Redis pauses
+ * meanwhile, but a read may be under way): past this, the wait ends and the line goes on as it is.
+ */
+const MAX_BYTES_BEHIND_REDIRECT = 1024 * 1024;
 
 /** What the reply side needs of its session. */
 export interface ReplyStreamPort {
@@ -27,6 +36,8 @@ export interface ReplyStreamPort {
   untracked(reason: string, expected: boolean): void;
   /** A reply of the proxy's own is due but cannot be found. */
   lost(reason: string): void;
+  /** Replies wait behind a redirect line (true), or go on again (false): reading from Redis may pause meanwhile. */
+  repliesWaiting(waiting: boolean): void;
 }
 
 /** A point in the reply stream, and how many forwarded replies follow it. */
@@ -56,11 +67,14 @@ export class ReplyStream {
   /** In front of a cluster: -MOVED/-ASK lines are rewritten, even once replies are no longer counted. */
   private readonly redirects: RedirectLines | null;
   private redirectScan: boolean;
+  /** Chunks from Redis that arrived after a redirect line that waits (RedirectLines.waiting), in order. */
+  private behindRedirect: Buffer[] | null = null;
+  private bytesBehindRedirect = 0;
 
-  /** `rewriteRedirect`: with --cluster, the rewriting of a -MOVED/-ASK line (null when it is none); null standalone. */
+  /** `rewriteRedirect`: with --cluster, the rewriting of a -MOVED/-ASK line (see RedirectRewrite); null standalone. */
   constructor(
     private readonly port: ReplyStreamPort,
-    rewriteRedirect: ((line: Buffer) => Buffer | null) | null,
+    rewriteRedirect: RedirectRewrite | null,
   ) {
     this.redirectScan = rewriteRedirect !== null;
     this.scanner.trackErrors = rewriteRedirect !== null;
@@ -69,12 +83,12 @@ export class ReplyStream {
 
   /** Whether chunks can go to the client without being looked at. */
   get passingThrough(): boolean {
-    return this.passing && !this.redirectScan;
+    return this.passing && !this.redirectScan && this.behindRedirect === null;
   }
 
-  /** Whether any reply is still due: for a forwarded frame, or of the proxy's own. */
+  /** Whether any reply is still due: for a forwarded frame, or of the proxy's own, or one waiting behind a redirect. */
   get pending(): boolean {
-    return this.outstanding > 0 || this.marks.length > 0;
+    return this.outstanding > 0 || this.marks.length > 0 || this.behindRedirect !== null;
   }
 
   /** Whether a reply of the proxy's own is still due. */
@@ -111,13 +125,15 @@ export class ReplyStream {
     if (this.marks.length === 0) this.passing = true;
   }
 
-  /** Redis closed: a redirect line held across reads goes to the client as it is. */
+  /** Redis closed: a redirect line that waits, and one held across reads, go to the client now. */
   flush(): void {
+    while (this.behindRedirect !== null) this.endRedirectWait();
     this.redirects?.flush();
   }
 
   /** One chunk from Redis. */
   process(chunk: Buffer): void {
+    if (this.behindRedirect !== null) return this.waitBehindRedirect(chunk);
     const scanner = this.scanner;
     scanner.newChunk();
     let pos = 0;
@@ -133,6 +149,7 @@ export class ReplyStream {
           break;
         }
         if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
+        if (this.redirects?.waiting) return this.startRedirectWait(chunk.subarray(pos));
         continue;
       }
       if (this.marks.length === 0 || this.outstanding > 0) {
@@ -142,6 +159,7 @@ export class ReplyStream {
         this.outstanding -= scanner.replies;
         if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
         if (this.outstanding < 0) this.unexpectedReplies(chunk, from);
+        if (this.redirects?.waiting) return this.startRedirectWait(chunk.subarray(pos));
         continue;
       }
       // The next frame is the mark's: a reply of the proxy's own (pushes excepted), or one passing before +RESET.
@@ -152,6 +170,7 @@ export class ReplyStream {
         this.noteFrameHead(chunk, frameBegin, pos);
         if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
         if (scanner.atFrameBoundary && this.frameEnded()) this.passMark();
+        if (this.redirects?.waiting) return this.startRedirectWait(chunk.subarray(pos));
         continue;
       }
       if (scanner.isPush) continue;
@@ -163,6 +182,39 @@ export class ReplyStream {
     if (from >= chunk.length) return;
     if (scanner.inErrorLine && this.redirects?.holdAtChunkEnd(chunk, from)) return;
     this.port.writeClient(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /** A redirect line waits for the topology: `rest`, and every chunk after it, waits behind it. */
+  private startRedirectWait(rest: Buffer): void {
+    const waiting = this.redirects?.waiting;
+    this.behindRedirect = [];
+    this.bytesBehindRedirect = 0;
+    this.port.repliesWaiting(true);
+    this.waitBehindRedirect(rest);
+    void waiting?.checked.then(() => {
+      if (this.redirects?.waiting === waiting) this.endRedirectWait();
+    });
+  }
+
+  private waitBehindRedirect(chunk: Buffer): void {
+    if (chunk.length === 0) return;
+    (this.behindRedirect as Buffer[]).push(chunk);
+    this.bytesBehindRedirect += chunk.length;
+    if (this.bytesBehindRedirect > MAX_BYTES_BEHIND_REDIRECT) this.endRedirectWait();
+  }
+
+  /** The waiting line goes out, then what waited behind it, as if it arrived now (it may wait again at a later redirect). */
+  private endRedirectWait(): void {
+    const behind = this.behindRedirect as Buffer[];
+    const redirects = this.redirects as RedirectLines;
+    this.behindRedirect = null;
+    if (this.port.clientGone) {
+      redirects.waiting = null;
+      return;
+    }
+    redirects.release();
+    for (const chunk of behind) this.process(chunk);
+    if (this.behindRedirect === null) this.port.repliesWaiting(false);
   }
 
   /** Keeps the first bytes of the frame passing before a reset mark (it may span reads). */

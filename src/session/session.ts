@@ -43,6 +43,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private clientEnded = false;
   private upstreamFull = false;
   private clientFull = false;
+  /** Replies wait behind a redirect line (with --cluster): reading from Redis pauses. */
+  private repliesHeld = false;
   /** Writes made while one chunk is processed leave together. */
   private readonly toUpstream: WriteBatch;
   private readonly toClient: WriteBatch;
@@ -252,7 +254,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private updateFlow(): void {
     if (this.awaiting !== null || this.upstreamFull) this.client.pause();
     else this.client.resume();
-    if (this.clientFull) this.upstream.pause();
+    if (this.clientFull || this.repliesHeld) this.upstream.pause();
     else this.upstream.resume();
   }
 
@@ -295,6 +297,12 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     else this.log.warn({ reason }, 'cannot follow the reply stream; no longer interpreting this connection');
     this.requests.flushPending(tooManyReplies ? 'unexpected-reply' : 'unreadable-reply');
     this.requests.enterPipe(false);
+  }
+
+  repliesWaiting(waiting: boolean): void {
+    this.repliesHeld = waiting;
+    this.updateFlow();
+    if (!waiting && this.draining) this.closeIfDrained();
   }
 
   /** The proxy's own reply cannot be found: the connection's state is unknown. Never fake it. */

@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { Cluster, type ClusterOptions } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCluster, type ClusterNode, type TestCluster } from '../support/cluster.js';
+import { startCluster, startSpareNode, type ClusterNode, type SpareNode, type TestCluster } from '../support/cluster.js';
 import {
   expectLockFixedOnEveryMaster,
   expectNoDirectConnection,
@@ -19,7 +19,7 @@ import {
 import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
 import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { freePort, freePortRange } from '../support/ports.js';
+import { freePort, freePortRange, isPortFree } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 import { runOp } from '../support/ops.js';
@@ -96,6 +96,42 @@ async function handOver(slot: number, from: { port: number; id: string }, to: { 
     expect(err.message).toMatch(/only with masters/),
   );
   for (const node of await cluster.masters()) await send(node.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id);
+}
+
+/**
+ * A TCP listener where nothing should connect: at `port` (where the clients of
+ * a node there would go) and at `port + 10000` (its cluster bus), each
+ * counting the connections it gets.
+ */
+async function startTrap(): Promise<{ port: number; connections: () => number; busConnections: () => number; close(): Promise<void> }> {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = await freePort();
+    if (port + 10_000 > 65_535 || !(await isPortFree(port + 10_000))) continue;
+    const counts = [0, 0];
+    const servers = [port, port + 10_000].map((p, i) =>
+      net
+        .createServer((socket) => {
+          counts[i]++;
+          socket.destroy();
+        })
+        .listen(p, '127.0.0.1'),
+    );
+    try {
+      await Promise.all(servers.map((server) => once(server, 'listening')));
+    } catch {
+      for (const server of servers) server.close();
+      continue;
+    }
+    return {
+      port,
+      connections: () => counts[0],
+      busConnections: () => counts[1],
+      close: async () => {
+        await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+      },
+    };
+  }
+  throw new Error('no free port p with p + 10000 also free');
 }
 
 describe('cluster mode: what clients learn', () => {
@@ -562,7 +598,7 @@ describe('cluster mode: topology changes', () => {
     }
   });
 
-  it('listens at once for a node first named in a -MOVED, before any refresh', async () => {
+  it('a -MOVED to a node that joined since the last refresh waits for a refresh, then names its listener', async () => {
     const seed = cluster.nodes[0];
     const late = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${seed.port}`, refreshMs: 3_600_000 });
     const extra = await startRedis({
@@ -593,6 +629,7 @@ describe('cluster mode: topology changes', () => {
       const listener = Number(moved?.[2]);
       expect(late.cluster.nodes().find((n) => n.address === `127.0.0.1:${extra.port}`)?.listenPort).toBe(listener);
       expect(await exchange(listener, cmd('GET', key), 1)).toBe('$4\r\nhere\r\n');
+      expect(late.stats.unknownNodesInRedirects).toBe(0);
     } finally {
       // Give the slot back, if it moved.
       if (
@@ -640,6 +677,121 @@ describe('cluster mode: topology changes', () => {
       await expect(RawClient.connect(listenPort)).rejects.toThrow(/ECONNREFUSED/);
     } finally {
       await extra?.stop();
+    }
+  });
+});
+
+describe('cluster mode: what a reply or a node can make the proxy do', () => {
+  it('never listens for, dials or authenticates to an address a -MOVED/-ASK names that no node has: the line waits for a refresh, then goes on as Redis wrote it, in order', async () => {
+    const trap = await startTrap();
+    // No refresh is due for an hour: any refresh is one the redirects asked for.
+    const wary = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, refreshMs: 3_600_000 });
+    try {
+      const node = cluster.nodes[0];
+      const error = (kind: string, slot: number) => `return redis.error_reply('${kind} ${slot} 127.0.0.1:${trap.port}')`;
+      const pipeline = Buffer.concat([
+        cmd('EVAL', error('MOVED', 1), '0'),
+        cmd('PING'),
+        cmd('MULTI'),
+        cmd('EVAL', error('ASK', 2), '0'),
+        cmd('EXEC'),
+        cmd('ECHO', 'after'),
+      ]);
+      const direct = await exchange(node.port, pipeline, 6);
+      expect(direct).toBe(
+        `-MOVED 1 127.0.0.1:${trap.port}\r\n+PONG\r\n+OK\r\n+QUEUED\r\n*1\r\n-ASK 2 127.0.0.1:${trap.port}\r\n$5\r\nafter\r\n`,
+      );
+      const addresses = wary.cluster.nodes().map((n) => n.address);
+
+      expect(await exchange(listenerOf(wary, node.port), pipeline, 6)).toBe(direct);
+      expect(wary.stats.unknownNodesInRedirects).toBe(2);
+      expect(wary.stats.clusterRefreshes).toBeGreaterThanOrEqual(1);
+      expect(wary.cluster.nodes().map((n) => n.address)).toEqual(addresses);
+      expect(trap.connections()).toBe(0);
+      expect(
+        wary.logs().filter((line) => line.msg === 'cluster: a reply names a node the topology does not have; passed on as it is'),
+      ).toEqual([expect.objectContaining({ node: `127.0.0.1:${trap.port}`, in: 'redirect' })]);
+    } finally {
+      await wary.close();
+      await trap.close();
+    }
+  });
+
+  it('leaves an address CLUSTER NODES names that no node of the topology has as Redis wrote it, and never dials it', async () => {
+    const trap = await startTrap();
+    try {
+      const node = cluster.nodes[0];
+      const addresses = proxy.cluster.nodes().map((n) => n.address);
+      const unknownBefore = proxy.stats.unknownNodesInTopology;
+      // The node starts a handshake with the address it is told to meet, and lists it until that times out.
+      const replies = await exchange(
+        proxyPortOf(node.port),
+        Buffer.concat([cmd('CLUSTER', 'MEET', '127.0.0.1', String(trap.port)), cmd('CLUSTER', 'NODES')]),
+        2,
+      );
+      expect(replies).toMatch(
+        new RegExp(`^\\+OK\\r\\n\\$\\d+\\r\\n[^]* 127\\.0\\.0\\.1:${trap.port}@${trap.port + 10_000} [^\\n]*handshake`),
+      );
+      expect(proxy.stats.unknownNodesInTopology).toBeGreaterThan(unknownBefore);
+      expect(proxy.cluster.nodes().map((n) => n.address)).toEqual(addresses);
+      expect(trap.connections()).toBe(0);
+    } finally {
+      await trap.close();
+    }
+  });
+
+  it('does not believe a node removed from the cluster that answers first alone: the nodes that serve the slots keep their listeners', async () => {
+    let spare: SpareNode | undefined;
+    let wary: ClusterTestProxy | undefined;
+    try {
+      // Its port is below every node's: the proxy lists it first, and asks it first.
+      spare = await startSpareNode({ portBelow: Math.min(...cluster.nodes.map((n) => n.port)) });
+      const joined = spare;
+      await cluster.command(cluster.nodes[0], 'CLUSTER', 'MEET', '127.0.0.1', joined.port);
+      const knowsEveryone = async (port: number) => {
+        const view = await exchange(port, cmd('CLUSTER', 'NODES'), 1);
+        return [joined, ...cluster.nodes].every((n) => view.includes(n.id) && !view.includes('handshake'));
+      };
+      await expect
+        .poll(async () => (await Promise.all([joined, ...cluster.nodes].map((n) => knowsEveryone(n.port)))).every(Boolean), {
+          timeout: 20_000,
+        })
+        .toBe(true);
+      wary = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, refreshMs: 300 });
+      const proxied = wary;
+      expect(proxied.cluster.nodes()[0]).toMatchObject({ address: `127.0.0.1:${joined.port}`, role: 'master', healthy: true });
+
+      // Removed: every node forgets it, and it forgets them. It keeps running, alone.
+      await Promise.all(cluster.nodes.map((n) => cluster.command(n, 'CLUSTER', 'FORGET', joined.id)));
+      await cluster.command(joined, 'CLUSTER', 'RESET', 'SOFT');
+      expect(await exchange(joined.port, cmd('CLUSTER', 'SHARDS'), 1)).toMatch(/^\*1\r\n\*4\r\n\$5\r\nslots\r\n\*0\r\n/);
+      const refreshes = proxied.stats.clusterRefreshes;
+      await expect.poll(() => proxied.stats.clusterRefreshes, { timeout: 30_000 }).toBeGreaterThanOrEqual(refreshes + 5);
+
+      const real = cluster.nodes.map((n) => `127.0.0.1:${n.port}`).sort();
+      expect(
+        proxied.cluster
+          .nodes()
+          .filter((n) => n.address !== `127.0.0.1:${joined.port}` && n.listening)
+          .map((n) => n.address)
+          .sort(),
+      ).toEqual(real);
+      expect(await exchange(proxied.port, cmd('CLUSTER', 'INFO'), 1)).toContain('cluster_state:ok');
+      const slots = await exchange(proxied.port, cmd('CLUSTER', 'SLOTS'), 1);
+      const direct = await exchange(cluster.nodes[0].port, cmd('CLUSTER', 'SLOTS'), 1);
+      expect(slots.split('\r\n')[0]).toBe(direct.split('\r\n')[0]);
+      expect(proxied.stats.clusterViewsSetAside).toBeGreaterThan(0);
+      // It did leave the cluster, by the word of the nodes that serve every slot.
+      await waitForListeners(
+        proxied,
+        'the removed node to be drained',
+        (nodes) => !nodes.some((n) => n.address === `127.0.0.1:${joined.port}`),
+        20_000,
+      );
+    } finally {
+      await wary?.close();
+      await spare?.stop();
+      await cluster.waitHealthy();
     }
   });
 });

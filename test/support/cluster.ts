@@ -134,6 +134,36 @@ export async function startCluster(opts: StartClusterOptions = {}): Promise<Test
   }
 }
 
+/** A node started on its own: in no cluster until a CLUSTER MEET brings it in. */
+export interface SpareNode extends ClusterNode {
+  /** Kills it and removes its directory; safe to call twice. */
+  stop(): Promise<void>;
+}
+
+/**
+ * A cluster-enabled node of no cluster, configured as the cluster's nodes are.
+ * `portBelow`: its port is lower than that (so that it sorts before the nodes
+ * of a cluster by address).
+ */
+export async function startSpareNode(opts: { portBelow?: number } = {}): Promise<SpareNode> {
+  const server = await startServerProcess({
+    name: 'spare cluster node',
+    pickPort: () => (opts.portBelow === undefined ? pickPort(new Set()) : pickPortBelow(opts.portBelow)),
+    args: (port, dir) => nodeArgs(port, dir, {}),
+    maxLogChars: MAX_LOG_CHARS,
+  });
+  const node: SpareNode = { port: server.port, host: server.host, id: '', logs: server.logs, stop: server.stop };
+  processOf.set(node, server);
+  accessOf.set(node, {});
+  try {
+    node.id = String(await command(node, 'CLUSTER', 'MYID'));
+  } catch (err) {
+    await server.stop();
+    throw err;
+  }
+  return node;
+}
+
 // ---------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------
@@ -168,6 +198,17 @@ async function pickPort(usedPorts: Set<number>): Promise<number> {
     if (await isPortFree(bus)) return port;
   }
   throw new Error('could not find a free port p with p + 10000 also free');
+}
+
+/** A free port below `limit` (and above 16000, below the ephemeral range) whose bus port is free too. */
+async function pickPortBelow(limit: number): Promise<number> {
+  const low = 16_000;
+  if (limit <= low) throw new Error(`no port below ${limit} to pick`);
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = low + Math.floor(Math.random() * (limit - low));
+    if ((await isPortFree(port)) && (await isPortFree(port + BUS_PORT_OFFSET))) return port;
+  }
+  throw new Error(`could not find a free port p below ${limit} with p + 10000 also free`);
 }
 
 function nodeArgs(port: number, dir: string, opts: StartClusterOptions): string[] {
