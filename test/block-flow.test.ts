@@ -59,7 +59,7 @@ class FakePort implements LockBlockPort {
   }
 }
 
-function setup(options: { mode?: 'enforce' | 'observe'; lockMethod?: LockMethodSetting } = {}) {
+function setup(options: { mode?: 'enforce' | 'observe'; lockMethod?: LockMethodSetting; asking?: boolean } = {}) {
   const port = new FakePort();
   const stats = new Stats();
   const blocks = new LockBlocks(port, port.replies, {
@@ -83,7 +83,7 @@ function setup(options: { mode?: 'enforce' | 'observe'; lockMethod?: LockMethodS
       if (blocks.isComplete) {
         blocks.hold(bytes.subarray(from, pos));
         from = pos;
-        return blocks.complete(false);
+        return blocks.complete(options.asking ?? false);
       }
     }
     blocks.hold(bytes.subarray(from));
@@ -160,6 +160,17 @@ describe('LockBlocks', () => {
       }
     });
 
+    it('after ASKING, which HELLO uses up: ASKING again right before the block, its +OK kept by the proxy', () => {
+      const { port, offer } = setup({ lockMethod: 'auto', asking: true });
+      offer(lockAttempt('lock:a', 60));
+      port.reply(hello('redis', '7.0.15'));
+      expect(port.upstream[1]).toBe(cmd('ASKING').toString('latin1'));
+      expect(port.upstream[2]).toContain('$2\r\nNX\r\n');
+      expect(port.captures.length).toBe(1); // ASKING's +OK
+      port.reply('+OK\r\n');
+      expect(port.client).toBe('');
+    });
+
     it('not authenticated yet: the block goes as it is (Redis refuses it), and the next block asks again', () => {
       const { port, stats, offer } = setup({ lockMethod: 'auto' });
       const block = lockAttempt('lock:a', 60);
@@ -190,6 +201,21 @@ describe('LockBlocks', () => {
       offer(lockAttempt('lock:a', 60));
       port.reply('*2\r\n:3\r\n-ERR something after the increment\r\n');
       expect(port.client).toBe('+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:3\r\n-ERR something after the increment\r\n');
+    });
+
+    it('after ASKING: the EVAL retry and the original block each get ASKING again (the call before used it up)', () => {
+      const { port, offer } = setup({ asking: true });
+      const block = lockAttempt('lock:a', 60);
+      offer(block);
+      expect(port.upstream[0]).toMatch(/^\*8\r\n\$7\r\nEVALSHA/);
+      port.reply('-NOSCRIPT No matching script.\r\n');
+      expect(port.upstream[1]).toBe(cmd('ASKING').toString('latin1'));
+      expect(port.upstream[2]).toMatch(/^\*8\r\n\$4\r\nEVAL\r\n/);
+      port.reply('+OK\r\n');
+      port.reply('-BUSY Redis is busy running a script.\r\n');
+      expect(port.upstream.slice(3)).toEqual([cmd('ASKING').toString('latin1'), block.toString('latin1')]);
+      port.reply('+OK\r\n');
+      expect(port.client).toBe('');
     });
 
     it('sends the source once the script cache has lost it, and only then lets the client go on', () => {
@@ -256,6 +282,14 @@ describe('LockBlocks', () => {
       vi.advanceTimersByTime(3);
       expect(port.upstream).toEqual([cmd('MULTI').toString('latin1')]);
       expect([port.events, stats.releases.get('hold-timeout')]).toEqual([['sent 1'], 1]);
+    });
+
+    it('stops the deadline once the block is complete', () => {
+      const { port, stats, blocks, offer } = setup({ lockMethod: 'transaction' });
+      blocks.awaitMore();
+      offer(lockAttempt('lock:a', 60));
+      vi.advanceTimersByTime(100);
+      expect([port.events, stats.releases.get('hold-timeout')]).toEqual([['sent 4 complete'], undefined]);
     });
   });
 });

@@ -136,6 +136,10 @@ describe('BlockMatcher', () => {
       [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'other:1', '1')]), [false]], // no rule
       [Buffer.concat([cmd('MULTI'), cmd('GET', 'lock:1')]), [false]],
       [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:1', '1', 'x')]), [false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:1')]), [false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1', '1')]), [false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('EXPIRE', 'lock:1')]), [true, false]],
+      [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('GET', 'lock:1')]), [true, false]],
       [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:1', '1.5')]), [false]],
       [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('EXPIRE', 'lock:2', '5')]), [true, false]],
       [Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:1'), cmd('EXPIRE', 'lock:1', '5', 'NX')]), [true, false]],
@@ -146,6 +150,15 @@ describe('BlockMatcher', () => {
       [Buffer.concat([cmd('MULTI'), cmd('INCR', Buffer.alloc(2000, 'l'))]), [false]], // key too long to capture
     ];
     for (const [bytes, expected] of cases) expect(match(bytes).accepted, bytes.toString('latin1')).toEqual(expected);
+  });
+
+  it('starts only at MULTI as a RESP array of one argument', () => {
+    const starts = (bytes: Buffer | string): boolean => BlockMatcher.isBlockStart([...frameHeads(Buffer.from(bytes))][0].scanner);
+    expect(starts(cmd('MULTI'))).toBe(true);
+    expect(starts(cmd('multi'))).toBe(true);
+    expect(starts('MULTI\r\n')).toBe(false); // inline: typed by a person, never rewritten
+    expect(starts(cmd('MULTI', 'x'))).toBe(false);
+    expect(starts(cmd('EXEC'))).toBe(false);
   });
 
   it('accepts binary keys containing CR, LF and NUL', () => {

@@ -26,6 +26,10 @@ const OTHER_FLAGS = new Set([
   'no-create-home',
   'shell',
   'now',
+  // git and Redis's own test suite (runtest), run against the proxy
+  'branch',
+  'enable-debug-command',
+  'host',
 ]);
 
 describe('README', () => {

@@ -55,6 +55,7 @@ const ORACLE_NAMES = new Map<string, Cmd>([
   ['sunsubscribe', Cmd.Uncountable],
   ['monitor', Cmd.Uncountable],
   ['replconf', Cmd.Uncountable],
+  ['quit', Cmd.Quit],
   ['sync', Cmd.Replication],
   ['psync', Cmd.Replication],
   ['cluster', Cmd.Cluster],

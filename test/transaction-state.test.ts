@@ -60,6 +60,37 @@ describe('TransactionState', () => {
     expect(tx.queued).toBe(1); // queued inside MULTI, like any command but the transaction's own
   });
 
+  it('keeps the WATCH on an EXEC or DISCARD without MULTI (Redis refuses them)', () => {
+    const tx = new TransactionState();
+    feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('EXEC'), cmd('DISCARD')]));
+    expect([tx.watching, tx.closed, tx.canStartBlock]).toEqual([true, false, false]);
+  });
+
+  it('says what the last frame did, for that frame only', () => {
+    const tx = new TransactionState();
+    feed(tx, cmd('MULTI'));
+    expect([tx.opened, tx.closed, tx.queuedIndex]).toEqual([true, false, -1]);
+    feed(tx, cmd('GET', 'k'));
+    expect([tx.opened, tx.closed, tx.queuedIndex]).toEqual([false, false, 0]);
+    feed(tx, cmd('EXEC'));
+    expect([tx.opened, tx.closed, tx.queuedIndex]).toEqual([false, true, -1]);
+    feed(tx, cmd('GET', 'k'));
+    expect([tx.opened, tx.closed, tx.queuedIndex]).toEqual([false, false, -1]);
+  });
+
+  it('queues nothing of the transaction’s own inside it (WATCH, RESET, an empty frame)', () => {
+    const tx = new TransactionState();
+    feed(tx, Buffer.concat([cmd('MULTI'), cmd('WATCH', 'k'), Buffer.from('*0\r\n'), cmd('SET', 'a', '1')]));
+    expect([tx.queued, tx.watching]).toEqual([1, false]);
+  });
+
+  it('forgets ASKING once a lock block has used it', () => {
+    const tx = new TransactionState();
+    feed(tx, cmd('ASKING'));
+    tx.blockRewritten();
+    expect(tx.afterAsking).toBe(false);
+  });
+
   it('leaves everything on RESET, inside a transaction too', () => {
     const tx = new TransactionState();
     feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('MULTI'), cmd('RESET')]));
@@ -81,6 +112,7 @@ describe('TransactionState', () => {
       cmd('MONITOR'),
       cmd('CLIENT', 'REPLY', 'OFF'),
       cmd('client', 'reply', 'skip'),
+      cmd('CLIENT', 'REPLY'), // refused by Redis (arity), but counted as a pipe all the same
       'CLIENT LIST\r\n',
       'SET k "a b"\r\n',
       cmd('REPLCONF', 'ACK', '0'),
@@ -96,6 +128,9 @@ describe('TransactionState', () => {
       FrameMeaning.NoReply,
       FrameMeaning.Reply,
     ]);
+    for (const frame of [cmd('CLIENT'), cmd('CLIENT', 'REPLI'), cmd('CLIENT', 'KILL', 'ID', '5'), cmd('CLIENT', 'REPLYX', 'ON')]) {
+      expect(feed(new TransactionState(), frame), String(frame)).toEqual([FrameMeaning.Reply]);
+    }
   });
 
   it('follows a released lock block: inside the transaction, or out of it after its EXEC', () => {

@@ -37,6 +37,8 @@ export const Cmd = {
   Set: 17,
   /** SYNC and PSYNC: the connection becomes a replica's, carrying the replication stream (RESET is refused there). */
   Replication: 18,
+  /** QUIT: Redis answers, then closes the connection, reading nothing more. */
+  Quit: 19,
 } as const;
 export type Cmd = (typeof Cmd)[keyof typeof Cmd];
 
@@ -70,6 +72,7 @@ const NAMES: Array<[string, Cmd]> = [
   ['cluster', Cmd.Cluster],
   ['asking', Cmd.Asking],
   ['set', Cmd.Set],
+  ['quit', Cmd.Quit],
 ];
 
 /** Longest name worth looking at; longer names are always `Cmd.Other`. */

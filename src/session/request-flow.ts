@@ -31,6 +31,12 @@ export interface RequestFlowPort {
   stall(rest: Buffer): void;
   /** Sends the upstream URL's AUTH/SELECT (after RESET); true when sent, and the client's next bytes then wait. */
   startSetup(): boolean;
+  /**
+   * Redis reads nothing after what was just sent (QUIT, a protocol error) and closes: the
+   * client's next bytes wait for that close, and go with it. Writing them would only meet the
+   * reset of the closed connection, which can lose Redis's last reply.
+   */
+  awaitClose(): void;
   /** The client's next bytes wait until resumeClient(). */
   holdClient(): void;
   resumeClient(): void;
@@ -57,6 +63,8 @@ export class RequestFlow implements LockBlockPort {
    * that starts a lock block (at most the 11 bytes before its last; any other frame is forwarded).
    */
   private partial: Buffer[] = [];
+  /** The frame being read is a QUIT: once it has gone upstream, Redis closes. */
+  private quitting = false;
 
   constructor(
     private readonly port: RequestFlowPort,
@@ -135,6 +143,7 @@ export class RequestFlow implements LockBlockPort {
         this.flushPending('malformed');
         this.enterPipe(false);
         this.port.writeUpstream(chunk.subarray(from));
+        this.port.awaitClose(); // Redis answers with a protocol error and closes
         return;
       }
       if (event & HEAD) {
@@ -148,6 +157,7 @@ export class RequestFlow implements LockBlockPort {
         } else {
           this.flushPartial();
           this.forwardFrame();
+          this.quitting = scanner.cmd === Cmd.Quit && !this.piping;
         }
         if (scanner.cmd === Cmd.Reset && scanner.argc === 1 && (event & END) !== 0 && !blocks.holding && !this.piping) {
           // RESET logs the connection out and selects db 0: apply the URL's AUTH/SELECT again, after it.
@@ -163,6 +173,13 @@ export class RequestFlow implements LockBlockPort {
           this.pipeChunk(chunk, from, pos);
           return;
         }
+      }
+      if (event & END && this.quitting) {
+        this.quitting = false;
+        this.port.writeUpstream(chunk.subarray(from, pos));
+        this.port.awaitClose();
+        if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
+        return;
       }
       if (event & END && blocks.holding && blocks.isComplete) {
         blocks.hold(chunk.subarray(from, pos));

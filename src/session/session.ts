@@ -23,6 +23,13 @@ import { WriteBatch } from './write-batch.js';
 
 let nextSessionId = 1;
 
+/** How long a client may take to read what Redis sent last, once the connection is closing. */
+const CLOSE_LINGER_MS = 10_000;
+/** How long a client may go on sending after the end of the stream went out, before its connection is cut. */
+const LINGER_AFTER_END_MS = 1_000;
+/** How long the client's bytes wait for Redis to close after QUIT or a protocol error, before they go on after all. */
+const CLOSE_WAIT_MS = 2_000;
+
 export class Session implements RequestFlowPort, ReplyStreamPort {
   readonly id = nextSessionId++;
   /** The upstream address dialled (the master of the moment, with sentinel). */
@@ -38,9 +45,14 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private draining = false;
   /** Client chunks that arrived while the proxy's own command was in flight. */
   private stalled: Buffer[] = [];
-  /** The proxy's own command in flight ('setup', or 'block': the lock flow's), or null. */
-  private awaiting: 'setup' | 'block' | null = null;
+  /**
+   * What client bytes wait for: the proxy's own command in flight ('setup', or 'block': the lock
+   * flow's), Redis's close ('close', after QUIT or a protocol error), or nothing (null).
+   */
+  private awaiting: 'setup' | 'block' | 'close' | null = null;
   private clientEnded = false;
+  /** The connection is closing (Redis closed it, or the proxy does): nothing more goes upstream; what the client sends is dropped. */
+  private closing = false;
   private upstreamFull = false;
   private clientFull = false;
   /** Replies wait behind a redirect line (with --cluster): reading from Redis pauses. */
@@ -61,7 +73,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     const { socket, readyEvent, address, host } = ctx.upstream.connect();
     this.upstream = socket;
     this.upstreamAddress = address;
-    this.toUpstream = new WriteBatch(socket, (bytes) => this.sendUpstream(bytes));
+    // Deferred: what Redis sent before it closed is read before more is written to it (write-batch.ts).
+    this.toUpstream = new WriteBatch(socket, (bytes) => this.sendUpstream(bytes), true);
     const nodes = ctx.cluster ? new NodeReplies(ctx.cluster, client, host, ctx.upstream.target.tls, ctx.stats) : null;
     this.replies = new ReplyStream(this, nodes?.rewriteRedirect ?? null);
     this.requests = new RequestFlow(this, this.replies, ctx, nodes);
@@ -148,22 +161,35 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       this.refuseClient(`upstream ${this.ctx.upstream.describe()} is unreachable: ${err.message}`);
       return;
     }
-    this.log.warn({ upstream: this.upstreamAddress, err: err.message }, 'upstream connection lost');
-    this.client.destroy();
+    // A reset after Redis's last reply is how Redis closes when bytes it never read were arriving.
+    this.log.debug({ upstream: this.upstreamAddress, err: err.message }, 'upstream connection closed with an error');
+    this.onUpstreamEnd();
   }
 
-  /** Redis closed its side: everything it sent has been passed on; then the client side closes. */
+  /** Redis closed its side: everything it sent is passed on, then the client side closes. */
   private onUpstreamEnd(): void {
+    this.toUpstream.discard();
+    this.stalled = [];
+    this.awaiting = null;
     this.replies.flush();
     this.endClient();
   }
 
-  /** Closes the client side once everything written to it is out, as Redis does after its last reply. */
+  /**
+   * Closes the client side as Redis does after its last reply, but so that the client reads it:
+   * what was written goes out, then the end of the stream; meanwhile, and until the client closes
+   * too, what it still sends is read and dropped (closing a socket with unread bytes resets the
+   * connection, and a reset can cost the client the reply). A client that has not taken everything
+   * within CLOSE_LINGER_MS, or not closed LINGER_AFTER_END_MS after it did, is cut off.
+   */
   private endClient(last?: string): void {
+    this.closing = true;
+    this.updateFlow();
     if (this.client.writableEnded) return;
     this.toClient.flush();
     if (last !== undefined) this.client.write(last);
-    this.client.end(() => this.client.destroy());
+    this.client.end(() => setTimeout(() => this.client.destroy(), LINGER_AFTER_END_MS).unref());
+    setTimeout(() => this.client.destroy(), CLOSE_LINGER_MS).unref();
   }
 
   /** No bytes either way for --idle-timeout-ms: close, unless a reply is pending or the connection is subscribed. */
@@ -252,7 +278,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** A slow side pauses the other; a command of the proxy's in flight pauses the client. */
   private updateFlow(): void {
-    if (this.awaiting !== null || this.upstreamFull) this.client.pause();
+    if ((this.awaiting !== null || this.upstreamFull) && !this.closing) this.client.pause();
     else this.client.resume();
     if (this.clientFull || this.repliesHeld) this.upstream.pause();
     else this.upstream.resume();
@@ -262,6 +288,15 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   stall(rest: Buffer): void {
     this.stalled.unshift(rest);
+  }
+
+  awaitClose(): void {
+    this.awaiting = 'close';
+    this.updateFlow();
+    setTimeout(() => {
+      // Redis did not close (a server that reads on): forward what waited, in order.
+      if (this.awaiting === 'close' && !this.closing) this.resumeClient();
+    }, CLOSE_WAIT_MS).unref();
   }
 
   holdClient(): void {
@@ -315,6 +350,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   private onClientData(chunk: Buffer): void {
     this.ctx.stats.bytesFromClients += chunk.length;
+    if (this.closing) return; // Redis would never read it either
     if (this.awaiting !== null) {
       this.stalled.push(chunk);
       return;

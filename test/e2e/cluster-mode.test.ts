@@ -439,9 +439,13 @@ describe('cluster mode: slot migration', () => {
           }
         }
       })();
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      // The load is running before the slot moves, and goes on after it has moved.
+      await expect.poll(() => sent, { timeout: 20_000 }).toBeGreaterThanOrEqual(50);
+      const before = sent;
       await cluster.migrateSlot(slot, source, target, { pauseAfterMigratingMs: 500 });
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(sent).toBeGreaterThan(before); // requests ran while the slot was migrating
+      const migrated = sent;
+      await expect.poll(() => sent, { timeout: 20_000 }).toBeGreaterThanOrEqual(migrated + 50);
       running = false;
       await load;
 
