@@ -78,7 +78,9 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
     contextFor(upstream, cluster),
   ).catch(async (err: Error) => {
     await Promise.all([cluster?.close(), sentinel?.close()]);
-    throw new Error(`listen ${formatAddress(config.listen.host, config.listen.port)}: ${err.message}`, { cause: err });
+    const hint =
+      (err as NodeJS.ErrnoException).code === 'EADDRINUSE' ? ' (another program listens there: stop it, or choose another --listen)' : '';
+    throw new Error(`listen ${formatAddress(config.listen.host, config.listen.port)}: ${err.message}${hint}`, { cause: err });
   });
 
   sentinel?.on('switch', (from, to) => {

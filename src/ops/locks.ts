@@ -19,7 +19,7 @@ import { UsageError } from '../errors.js';
 import { unescapeKey } from '../key-text.js';
 import { loadRules } from '../rules/loader.js';
 import type { RuleSet } from '../rules/types.js';
-import { list, readCommandSettings, text } from '../settings.js';
+import { readCommandSettings, text } from '../settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
 import { connectionFault, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
 import { openLockNodes, type LockNodes } from '../lock-keys/nodes.js';
@@ -194,7 +194,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
   return {
     upstream,
     tls: upstreamTlsFrom(settings, upstream),
-    rules: chooseRules(list(settings, 'rules'), text(settings, 'stalwart')),
+    rules: chooseRules(settings),
     count,
     json: values.json ?? false,
     release,

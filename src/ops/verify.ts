@@ -27,7 +27,7 @@ import { UsageError } from '../errors.js';
 import { loadRules } from '../rules/loader.js';
 import { stalwartRelease } from '../rules/stalwart.js';
 import { releasesText } from '../rules/store.js';
-import { list, readCommandSettings, text } from '../settings.js';
+import { readCommandSettings, text } from '../settings.js';
 import type { RuleSet } from '../rules/types.js';
 import { nonEmpty, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
 import { verifyRules, type ProxyEndpoint } from './verify-check.js';
@@ -159,7 +159,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
   return {
     via,
     viaText: formatAddress(via.host, via.port),
-    rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRules(list(settings, 'rules'), stalwart),
+    rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRules(settings),
     notAffected,
     timeoutMs,
     username,

@@ -265,6 +265,26 @@ describe('config file', () => {
     const exit2 = await runCli(['--config', wrong]);
     expect(exit2.code).toBe(2);
     expect(exit2.stderr).toContain('setting "watch-rules" must be true or false');
+    // A value of the right YAML type that the setting refuses names the file and the key too.
+    const ten = writeTmp('ten.yaml', 'hold-ms: ten\n');
+    const exit3 = await runCli(['--config', ten]);
+    expect(exit3.code).toBe(2);
+    expect(exit3.stderr).toBe(
+      `redis-lock-proxy: config file ${ten}, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"\n`,
+    );
+    const mode = writeTmp('mode.yaml', 'mode: enforcing\n');
+    expect((await runCli(['--config', mode])).stderr).toBe(
+      `redis-lock-proxy: config file ${mode}, setting "mode": mode must be enforce or observe, got "enforcing"\n`,
+    );
+  });
+
+  it('a wrong value in a variable names the variable', async () => {
+    const exit = await runCli([], { REDIS_LOCK_PROXY_HOLD_MS: 'ten' });
+    expect(exit.code).toBe(2);
+    expect(exit.stderr).toBe('redis-lock-proxy: REDIS_LOCK_PROXY_HOLD_MS: hold-ms must be an integer from 1 to 60000, got "ten"\n');
+    const listen = await runCli([], { REDIS_LOCK_PROXY_LISTEN: 'localhost' });
+    expect(listen.code).toBe(2);
+    expect(listen.stderr).toMatch(/^redis-lock-proxy: REDIS_LOCK_PROXY_LISTEN: listen address "localhost" is not HOST:PORT/);
   });
 });
 
@@ -305,7 +325,9 @@ describe('startup failures', () => {
     const missing = path.join(tmp, 'nope.yaml');
     const exit = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url], { REDIS_LOCK_PROXY_RULES: missing });
     expect(exit.code).toBe(2);
-    expect(exit.stderr).toBe(`redis-lock-proxy: ${missing}: does not exist\n`);
+    expect(exit.stderr).toBe(
+      `redis-lock-proxy: ${missing}: does not exist (a path of the rules setting: --rules, REDIS_LOCK_PROXY_RULES or rules in the config file)\n`,
+    );
   });
 
   it('a bad upstream URL: exit 2 with a clear message', async () => {
@@ -359,6 +381,7 @@ describe('startup failures', () => {
       expect(exit.code).not.toBeNull(); // exited by itself, not killed by the timeout
       expect(exit.stderr).toContain('EADDRINUSE');
       expect(exit.stderr).toContain(`127.0.0.1:${port}`);
+      expect(exit.stderr).toMatch(/choose another --listen\)\n$/); // which setting to change
     } finally {
       await new Promise((resolve) => blocker.close(resolve));
     }
