@@ -62,6 +62,16 @@ export class Stats {
   /** Rule reloads that succeeded and that were refused. */
   ruleReloads = 0;
   ruleReloadFailures = 0;
+  private verifyStats: Stats | undefined;
+
+  /**
+   * The lock-block counters of `verify`'s own connections (verify-connection.ts), apart from the
+   * application's: a readiness probe must not look like a node still taking locks the old way.
+   */
+  get verify(): Stats {
+    this.verifyStats ??= new Stats();
+    return this.verifyStats;
+  }
 
   rule(name: string): RuleCounters {
     let counters = this.byRule.get(name);

@@ -106,6 +106,18 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     },
   );
   labelledCounter(
+    'verify_blocks_total',
+    "Lock blocks of `redis-lock-proxy verify`'s own connections (named redis-lock-proxy-verify), counted apart from blocks_total and lock_attempts_total.",
+    ['rule', 'outcome'],
+    (emit) => {
+      for (const [rule, counts] of stats.verify.byRule) {
+        emit({ rule, outcome: 'seen' }, counts.seen);
+        emit({ rule, outcome: 'rewritten' }, counts.rewritten);
+        emit({ rule, outcome: 'observed' }, counts.observed);
+      }
+    },
+  );
+  labelledCounter(
     'block_fallbacks_total',
     'Lock blocks whose script could not run and that were sent unchanged (or, redirected by a cluster, answered as Redis answers them), by error prefix.',
     ['rule', 'reason'],

@@ -22,6 +22,7 @@ import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
 import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
 import { setupCommands } from '../upstream/target.js';
+import { countedApart, namesVerifyConnection } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
 import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
 import { FrameMeaning, TransactionState } from './transaction-state.js';
@@ -57,6 +58,8 @@ export class Session implements LockBlockPort, ReplyStreamPort {
   /** The proxy's own command in flight ('setup' or 'script'), or null. */
   private awaiting: 'setup' | 'script' | null = null;
   private clientEnded = false;
+  /** The client named its connection as verify's: its lock blocks are counted apart. */
+  private verifyConnection = false;
   private upstreamFull = false;
   private clientFull = false;
   /** Writes made while one chunk is processed leave together. */
@@ -78,7 +81,12 @@ export class Session implements LockBlockPort, ReplyStreamPort {
     this.toUpstream = new WriteBatch(socket, (bytes) => this.sendUpstream(bytes));
     this.nodes = ctx.cluster ? new NodeReplies(ctx.cluster, client, host, ctx.upstream.target.tls, ctx.stats) : null;
     this.replies = new ReplyStream(this, this.nodes?.rewriteRedirect ?? null);
-    this.blocks = new LockBlocks(this, this.replies, ctx, this.nodes);
+    this.blocks = new LockBlocks(
+      this,
+      this.replies,
+      countedApart(ctx, () => this.verifyConnection),
+      this.nodes,
+    );
     // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
     if (ctx.rules().rules.length === 0 && !ctx.cluster) this.enterPipe();
     if (ctx.log.isLevelEnabled('debug')) this.log.debug({ upstream: address }, 'client connected');
@@ -465,6 +473,7 @@ export class Session implements LockBlockPort, ReplyStreamPort {
       return;
     }
     if (this.tx.userChanged) this.blocks.forgetProof();
+    if (this.scanner.cmd === Cmd.Client) this.verifyConnection = namesVerifyConnection(this.scanner) ?? this.verifyConnection;
     if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx.rules(), this.ctx.stats);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
