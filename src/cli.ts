@@ -11,6 +11,7 @@
  */
 import { packageVersion, startApp, type App } from './app.js';
 import { resolveConfig, type Config } from './config.js';
+import { ConfigError } from './errors.js';
 import { createLogger, type Logger } from './log.js';
 import type { Io } from './ops/command.js';
 import { USAGE } from './settings.js';
@@ -80,6 +81,12 @@ async function main(): Promise<void> {
     if (argv[0] === 'verify' || argv[0] === 'locks') {
       process.exitCode = await runSubcommand(argv[0], argv.slice(1));
       return;
+    }
+    if (argv[0] !== undefined && !argv[0].startsWith('-')) {
+      throw new ConfigError(
+        `unknown command "${argv[0]}": the commands are verify (prove the fix through a running proxy) and ` +
+          'locks (list and release lock keys); without a command it runs the proxy (see --help)',
+      );
     }
     const request = resolveConfig(argv, process.env);
     switch (request.kind) {

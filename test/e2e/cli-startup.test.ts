@@ -359,6 +359,17 @@ describe('startup failures', () => {
     expect(exit.code).toBe(2);
   });
 
+  it('an unknown command: exit 2, listing the commands', async () => {
+    const exit = await runCli(['lock']);
+    expect(exit).toMatchObject({
+      code: 2,
+      stdout: '',
+      stderr:
+        'redis-lock-proxy: unknown command "lock": the commands are verify (prove the fix through a running proxy) and ' +
+        'locks (list and release lock keys); without a command it runs the proxy (see --help)\n',
+    });
+  });
+
   it('bad flags: exit 2, pointing at --help', async () => {
     const unknown = await runCli(['--upsteam', 'redis://h']);
     expect(unknown.code).toBe(2);
