@@ -1,15 +1,17 @@
 /**
  * The built command line while it runs: the admin endpoints scraped over
  * HTTP, signals (SIGHUP the moment it listens, SIGTERM through npx, SIGTERM
- * with a busy connection), and rule reloads on SIGHUP and when a watched
+ * with a busy connection, SIGTERM with standard output a closed pipe), and rule reloads on SIGHUP and when a watched
  * file changes. (Starting it, settings and config file: cli-startup.test.ts.)
  */
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Cli, cleanEnv, ensureBuilt, runCli } from '../support/cli.js';
+import type { Readable } from 'node:stream';
+import { Cli, CLI, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { freePort } from '../support/ports.js';
 import { cmd, RawClient } from '../support/resp.js';
@@ -193,6 +195,75 @@ describe('signals', () => {
       await blocked.readUntilClosed(2000);
     } finally {
       await cli.stop();
+    }
+  });
+});
+
+describe('shutdown when standard output is a closed pipe (`... | head -1`)', () => {
+  /** The proxy with stdout a pipe whose reader goes away after the first line, as `| head -1` does. */
+  async function startHeadOne(extra: string[]): Promise<{ child: ChildProcess; port: number; exited: Promise<number | null> }> {
+    const port = await freePort();
+    const child = spawn(
+      process.execPath,
+      [CLI, '--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off', ...extra],
+      { cwd: ROOT, env: cleanEnv(), stdio: ['ignore', 'pipe', 'ignore'] },
+    );
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const stdout = child.stdout as Readable;
+    await new Promise<void>((resolve, reject) => {
+      let text = '';
+      stdout.on('data', (chunk: Buffer) => {
+        text += chunk.toString();
+        if (text.includes('"redis-lock-proxy listening"')) resolve();
+      });
+      void exited.then(() => reject(new Error(`exited before listening: ${text}`)));
+    });
+    stdout.destroy(); // the reader is gone: the proxy's next line meets EPIPE
+    return { child, port, exited };
+  }
+
+  /** Resolves with the exit code, or with 'running' if the process is still there after `ms`. */
+  const within = (exited: Promise<number | null>, ms: number) =>
+    Promise.race([exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), ms))]);
+
+  it('exits on SIGTERM', async () => {
+    const { child, exited } = await startHeadOne(['--shutdown-timeout-ms', '1000']);
+    try {
+      child.kill('SIGTERM');
+      expect(await within(exited, 8000)).toBe(0);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
+  it('closes a busy connection at --shutdown-timeout-ms and exits', async () => {
+    const { child, port, exited } = await startHeadOne(['--shutdown-timeout-ms', '500']);
+    const blocked = await RawClient.connect(port);
+    try {
+      blocked.write(cmd('BLPOP', 'signals:never', '0'));
+      await new Promise((r) => setTimeout(r, 100));
+      child.kill('SIGTERM');
+      expect(await within(exited, 8000)).toBe(0);
+      await blocked.readUntilClosed(2000);
+    } finally {
+      child.kill('SIGKILL');
+      await blocked.close();
+    }
+  });
+
+  it('exits at once on a second signal', async () => {
+    const { child, port, exited } = await startHeadOne(['--shutdown-timeout-ms', '30000']);
+    const blocked = await RawClient.connect(port);
+    try {
+      blocked.write(cmd('BLPOP', 'signals:never', '0'));
+      await new Promise((r) => setTimeout(r, 100));
+      child.kill('SIGTERM');
+      expect(await within(exited, 500)).toBe('running'); // waiting for the busy connection
+      child.kill('SIGINT');
+      expect(await within(exited, 5000)).toBe(1);
+    } finally {
+      child.kill('SIGKILL');
+      await blocked.close();
     }
   });
 });
