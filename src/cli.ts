@@ -7,22 +7,23 @@
  *   redis-lock-proxy locks --upstream URL list (and release) lock keys
  *
  * Signals: SIGTERM/SIGINT shut down gracefully (a second one exits at once),
- * SIGHUP reloads the rules.
+ * SIGHUP reloads the configuration and the rules.
  */
 import { packageVersion, startApp, type App } from './app.js';
-import { resolveConfig, type Config } from './config.js';
+import { rereadConfig, resolveConfig, type Config } from './config.js';
 import { ConfigError } from './errors.js';
 import { createLogger, exitAfterLog, type Logger } from './log.js';
 import type { Io } from './ops/command.js';
 import { USAGE } from './settings.js';
 
-async function run(config: Config): Promise<void> {
+async function run(config: Config, argv: string[]): Promise<void> {
   const log = createLogger(config.logLevel);
   const app = await startApp(config, log);
   // Every signal handler is in place before the proxy says it is listening: a supervisor may
   // send SIGHUP or SIGTERM the moment it reads that line.
-  process.on('SIGHUP', () => app.rules.reload('SIGHUP'));
-  const shutdown = handleShutdownSignals(() => config.shutdownTimeoutMs, log, app);
+  // SIGHUP reads the configuration again (the same flags and environment, the config file as it is now).
+  process.on('SIGHUP', () => app.reload('SIGHUP', () => rereadConfig(argv, process.env)));
+  const shutdown = handleShutdownSignals(() => app.config.shutdownTimeoutMs, log, app);
   stopWithLauncher(log, shutdown);
   log.info(app.describe(), 'redis-lock-proxy listening');
 }
@@ -119,7 +120,7 @@ async function main(): Promise<void> {
         process.stdout.write(request.text);
         return;
       case 'run':
-        await run(request.config);
+        await run(request.config, argv);
         return;
     }
   } catch (err) {

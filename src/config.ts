@@ -92,6 +92,8 @@ export interface Config {
   readonly lockScanMaxKeys: number;
   /** TLS towards Redis, set for rediss:// upstreams. */
   readonly upstreamTls: UpstreamTls | null;
+  /** The settings as given (flags, variables, config file, defaults): what a reload compares. */
+  readonly given: RawSettings;
   /** TLS for clients, when --tls-cert is set. */
   readonly listenerTls: ListenerTls | null;
   readonly sentinel: SentinelConfig | null;
@@ -132,6 +134,16 @@ export function chooseRules(settings: RawSettings): RuleChoice {
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+/**
+ * The configuration read again as at start (the same flags and environment, the config file as
+ * it is now), for a reload; throws a ConfigError naming what is wrong.
+ */
+export function rereadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
+  const request = resolveConfig(argv, env);
+  if (request.kind !== 'run') throw new ConfigError(`the command line asks for ${request.kind}, not to run the proxy`);
+  return request.config;
+}
 
 export function resolveConfig(argv: string[], env: NodeJS.ProcessEnv): CliRequest {
   const flags = readFlags(argv);
@@ -186,6 +198,7 @@ function buildConfig(settings: RawSettings): Config {
     listenerTls,
     sentinel,
     cluster,
+    given: settings,
   };
 }
 

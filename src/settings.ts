@@ -294,6 +294,11 @@ function merge(flags: Record<string, unknown>, env: RawSettings, file: RawSettin
   return merged;
 }
 
+/** The settings whose values differ between two readings (a reload's), in table order. */
+export function changedSettings(before: RawSettings, after: RawSettings): OptionName[] {
+  return (Object.keys(OPTIONS) as OptionName[]).filter((name) => JSON.stringify(before[name]) !== JSON.stringify(after[name]));
+}
+
 /**
  * A setting's value is wrong: the error names where the value came from when that was a variable
  * (`REDIS_LOCK_PROXY_HOLD_MS: ...`) or a config file (`config file F, setting "hold-ms": ...`); a
