@@ -21,6 +21,7 @@ import type { ProxyContext } from './session/context.js';
 import { Stats } from './stats.js';
 import { UpstreamConnector } from './upstream/connect.js';
 import { probeUpstream } from './upstream/probe.js';
+import { refuseSelfLoop } from './upstream/self-loop.js';
 import { SentinelMonitor } from './upstream/sentinel.js';
 
 /** Readiness is probed at most this often; scrapers may poll /readyz quickly. */
@@ -96,6 +97,8 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     stats,
   });
 
+  // Behind Sentinel the URL's host is replaced by the master's: nothing to compare.
+  if (config.sentinel === null) await refuseSelfLoop(config.listen, config.cluster?.seeds ?? [config.upstream]);
   const sentinel = await startSentinel(config, log);
   // With --cluster: a listener per node; the --listen listener is the seed, going to any live node.
   // (Cluster and Sentinel never go together: the config refuses that.)

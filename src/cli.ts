@@ -14,18 +14,31 @@ import { rereadConfig, resolveConfig, type Config } from './config.js';
 import { ConfigError } from './errors.js';
 import { createLogger, exitAfterLog, type Logger } from './log.js';
 import type { Io } from './ops/command.js';
+import { serviceNotifier } from './service-notify.js';
 import { USAGE } from './settings.js';
+import { announceReadiness } from './startup-readiness.js';
 
 async function run(config: Config, argv: string[]): Promise<void> {
   const log = createLogger(config.logLevel);
   const app = await startApp(config, log);
+  const notifier = await serviceNotifier(process.env, log);
+  let stopReadiness = (): void => {};
   // Every signal handler is in place before the proxy says it is listening: a supervisor may
   // send SIGHUP or SIGTERM the moment it reads that line.
   // SIGHUP reads the configuration again (the same flags and environment, the config file as it is now).
   process.on('SIGHUP', () => app.reload('SIGHUP', () => rereadConfig(argv, process.env)));
-  const shutdown = handleShutdownSignals(() => app.config.shutdownTimeoutMs, log, app);
+  const shutdown = handleShutdownSignals(
+    () => app.config.shutdownTimeoutMs,
+    log,
+    app,
+    () => {
+      stopReadiness();
+      notifier?.send('STOPPING=1');
+    },
+  );
   stopWithLauncher(log, shutdown);
   log.info(app.describe(), 'redis-lock-proxy listening');
+  stopReadiness = announceReadiness(app, log, notifier);
 }
 
 /** How long the last log lines may take to go out when the process ends (a reader that is gone: not at all). */
@@ -41,7 +54,7 @@ const SHUTDOWN_REST_MS = 1000;
  * whatever happens: a connection that never finishes is closed at the timeout, and a log reader
  * that is gone or stalls never holds the exit. A second signal ends the process at once.
  */
-function handleShutdownSignals(timeoutMs: () => number, log: Logger, app: App): (signal: string) => void {
+function handleShutdownSignals(timeoutMs: () => number, log: Logger, app: App, onStopping: () => void): (signal: string) => void {
   let stopping = false;
   const onSignal = (signal: string): void => {
     if (stopping) {
@@ -50,6 +63,7 @@ function handleShutdownSignals(timeoutMs: () => number, log: Logger, app: App): 
       return;
     }
     stopping = true;
+    onStopping();
     const timeout = timeoutMs();
     log.info({ signal, connections: app.sessionCount, timeoutMs: timeout }, 'shutting down: finishing in-flight requests');
     const deadline = setTimeout(() => {

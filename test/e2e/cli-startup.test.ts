@@ -220,6 +220,10 @@ describe('running', () => {
       );
       const warning = await cli.waitForLog('upstream unreachable');
       expect(warning).toMatchObject({ level: 40, upstream: `redis://:***@127.0.0.1:${deadPort}` });
+      // Said once at start too, before any client comes: the upstream named, and the error.
+      const atStart = await cli.waitForLog('upstream does not answer; running anyway (clients get an error naming it until it does)');
+      expect(atStart).toMatchObject({ level: 40, upstream: `redis://:***@127.0.0.1:${deadPort}` });
+      expect(String(atStart.err)).toContain('ECONNREFUSED');
       expect(cli.stdout).not.toContain(':pw@');
     } finally {
       cli.kill('SIGTERM');
@@ -380,6 +384,30 @@ describe('startup failures', () => {
     const listen = await runCli(['--listen', 'localhost']);
     expect(listen.code).toBe(2);
     expect(listen.stderr).toContain('HOST:PORT');
+  });
+
+  it('an upstream that is the proxy itself: exit 2, saying so', async () => {
+    const port = await freePort();
+    for (const [listen, upstream] of [
+      [`127.0.0.1:${port}`, `redis://127.0.0.1:${port}`],
+      [`127.0.0.1:${port}`, `redis://localhost:${port}/2`],
+      [`0.0.0.0:${port}`, `redis://127.0.0.1:${port}`],
+    ]) {
+      const exit = await runCli(['--listen', listen, '--upstream', upstream]);
+      expect(exit.code, upstream).toBe(2);
+      expect(exit.stderr).toBe(
+        `redis-lock-proxy: upstream ${upstream} is the proxy's own listen address ${listen}: ` +
+          'every connection would come back through the proxy; point upstream at Redis\n',
+      );
+    }
+    // The same port on another address is another server.
+    const other = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', `redis://127.0.0.2:${port}`], cleanEnv());
+    try {
+      await other.waitForLog('redis-lock-proxy listening');
+    } finally {
+      other.kill('SIGTERM');
+      await other.stop();
+    }
   });
 
   it('a listen address in use: exits non-zero, naming the address', async () => {
