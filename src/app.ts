@@ -21,6 +21,7 @@ import type { ProxyContext } from './session/context.js';
 import { Stats } from './stats.js';
 import { UpstreamConnector } from './upstream/connect.js';
 import { probeUpstream } from './upstream/probe.js';
+import { RefusalLog } from './upstream/refusal-log.js';
 import { refuseSelfLoop } from './upstream/self-loop.js';
 import { SentinelMonitor } from './upstream/sentinel.js';
 
@@ -76,6 +77,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   /** The configuration in force; a reload replaces it. */
   let config = started;
   const stats = new Stats();
+  const refusals = new RefusalLog(log);
   const rules = new RuleStore({ paths: config.rulePaths, release: config.release, mode: config.mode }, log, stats);
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
   for (const warning of config.warnings) log.warn(warning);
@@ -95,6 +97,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
     log,
     stats,
+    refusals,
   });
 
   // Behind Sentinel the URL's host is replaced by the master's: nothing to compare.
@@ -213,6 +216,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
 
   const stopRest = async (): Promise<void> => {
     rules.close();
+    refusals.close();
     stopReport(); // the one running now
     await Promise.all([admin?.close(), sentinel?.close(), lockScan?.stop()]);
   };

@@ -135,6 +135,14 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
       for (const [reason, value] of stats.releases) emit({ reason }, value);
     },
   );
+  labelledCounter(
+    'block_hold_timeouts_total',
+    "Lock blocks on a rule's keys released unchanged at --hold-ms (their frames came further apart): the fix did not apply, and the lock was re-armed.",
+    ['rule'],
+    (emit) => {
+      for (const [rule, counts] of stats.byRule) emit({ rule }, counts.holdTimeouts);
+    },
+  );
   counter(
     'blocks_pipelined_total',
     'Lock blocks whose script call was pipelined (--lock-pipelining): what followed was not held back.',
