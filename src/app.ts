@@ -12,6 +12,7 @@ import { startAdminServer, type AdminServer } from './admin/server.js';
 import { ClusterManager } from './cluster/manager.js';
 import type { NodeDirectory } from './cluster/rewrite.js';
 import type { Config } from './config.js';
+import { changedSettings, type OptionName } from './settings.js';
 import type { Logger } from './log.js';
 import { describeRules, RuleStore } from './rules/store.js';
 import { effectiveMode } from './rules/types.js';
@@ -20,6 +21,8 @@ import type { ProxyContext } from './session/context.js';
 import { Stats } from './stats.js';
 import { UpstreamConnector } from './upstream/connect.js';
 import { probeUpstream } from './upstream/probe.js';
+import { RefusalLog } from './upstream/refusal-log.js';
+import { refuseSelfLoop } from './upstream/self-loop.js';
 import { SentinelMonitor } from './upstream/sentinel.js';
 
 /** Readiness is probed at most this often; scrapers may poll /readyz quickly. */
@@ -38,8 +41,18 @@ export interface App {
   readonly cluster: ClusterManager | null;
   /** Client connections open, on every listener. */
   readonly sessionCount: number;
+  /** The configuration in force: the one started with, and what reloads changed since. */
+  readonly config: Config;
   /** What the start-up log line says: addresses, upstream, mode, rules, version. */
   describe(): Record<string, unknown>;
+  /**
+   * Reloads the rules (a rule file changed). Given `read` (SIGHUP), reads the configuration again
+   * and applies what can change while running (RELOADABLE: the rules, the mode, hold-ms, ...);
+   * a changed setting that needs a restart is named in a warning, and stays as it was.
+   */
+  reload(trigger: string, read?: () => Config): void;
+  /** Whether the upstream answers PING (with the URL's AUTH/SELECT), as /readyz probes it. */
+  probeUpstream(): Promise<{ ok: boolean; detail: string }>;
   /**
    * Stops accepting, lets connections finish what is in flight (closing those still busy after
    * `timeoutMs`), then stops the rest: rule watching, the admin server, Sentinel.
@@ -49,24 +62,46 @@ export interface App {
   close(): Promise<void>;
 }
 
-export async function startApp(config: Config, log: Logger): Promise<App> {
+/** The settings a reload (SIGHUP) applies; any other that changed is named as needing a restart. */
+export const RELOADABLE: readonly OptionName[] = [
+  'rules',
+  'stalwart',
+  'mode',
+  'hold-ms',
+  'watch-rules',
+  'lock-attempt-report-ms',
+  'shutdown-timeout-ms',
+];
+
+export async function startApp(started: Config, log: Logger): Promise<App> {
+  /** The configuration in force; a reload replaces it. */
+  let config = started;
   const stats = new Stats();
-  const rules = new RuleStore(config.rulePaths, log, stats, config.release);
+  const refusals = new RefusalLog(log);
+  const rules = new RuleStore({ paths: config.rulePaths, release: config.release, mode: config.mode }, log, stats);
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
   for (const warning of config.warnings) log.warn(warning);
   const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
     upstream,
     rules: () => rules.current,
-    mode: config.mode,
-    holdMs: config.holdMs,
+    // Read for every block, so that a reload applies to open connections too.
+    get mode() {
+      return rules.mode;
+    },
+    get holdMs() {
+      return config.holdMs;
+    },
     connectTimeoutMs: config.connectTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
     lockMethod: config.lockMethod,
     cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
     log,
     stats,
+    refusals,
   });
 
+  // Behind Sentinel the URL's host is replaced by the master's: nothing to compare.
+  if (config.sentinel === null) await refuseSelfLoop(config.listen, config.cluster?.seeds ?? [config.upstream]);
   const sentinel = await startSentinel(config, log);
   // With --cluster: a listener per node; the --listen listener is the seed, going to any live node.
   // (Cluster and Sentinel never go together: the config refuses that.)
@@ -78,7 +113,9 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
     contextFor(upstream, cluster),
   ).catch(async (err: Error) => {
     await Promise.all([cluster?.close(), sentinel?.close()]);
-    throw new Error(`listen ${formatAddress(config.listen.host, config.listen.port)}: ${err.message}`, { cause: err });
+    const hint =
+      (err as NodeJS.ErrnoException).code === 'EADDRINUSE' ? ' (another program listens there: stop it, or choose another --listen)' : '';
+    throw new Error(`listen ${formatAddress(config.listen.host, config.listen.port)}: ${err.message}${hint}`, { cause: err });
   });
 
   sentinel?.on('switch', (from, to) => {
@@ -132,11 +169,55 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
   }
   if (config.watchRules) rules.watch();
   lockScan?.start();
-  const stopReport = config.lockAttemptReportMs === 0 ? () => {} : startAttemptReport(stats, log, config.lockAttemptReportMs);
+  const report = (intervalMs: number) => (intervalMs === 0 ? () => {} : startAttemptReport(stats, log, intervalMs));
+  let stopReport = report(config.lockAttemptReportMs);
+
+  /** Reads the configuration again and applies what can change while running (see RELOADABLE). */
+  const reconfigure = (trigger: string, read: () => Config): void => {
+    let next: Config;
+    try {
+      next = read();
+    } catch (err) {
+      stats.ruleReloadFailures++;
+      log.error({ trigger, err: (err as Error).message }, 'configuration reload refused; the settings and rules in force stay');
+      return;
+    }
+    const changed = changedSettings(config.given, next.given);
+    if (!rules.reload(trigger, { paths: next.rulePaths, release: next.release, mode: next.mode })) return;
+    const needRestart = changed.filter((name) => !RELOADABLE.includes(name));
+    const applied = changed.filter((name) => RELOADABLE.includes(name));
+    if (next.watchRules !== rules.watched) {
+      if (next.watchRules) rules.watch();
+      else rules.unwatch();
+    }
+    if (next.lockAttemptReportMs !== config.lockAttemptReportMs) {
+      stopReport();
+      stopReport = report(next.lockAttemptReportMs);
+    }
+    // The RELOADABLE settings take their new values; the others keep those the proxy runs with
+    // (and a next reload names them again while they differ).
+    config = {
+      ...config,
+      rulePaths: next.rulePaths,
+      release: next.release,
+      mode: next.mode,
+      holdMs: next.holdMs,
+      watchRules: next.watchRules,
+      lockAttemptReportMs: next.lockAttemptReportMs,
+      shutdownTimeoutMs: next.shutdownTimeoutMs,
+      given: { ...config.given, ...Object.fromEntries(applied.map((name) => [name, next.given[name]])) },
+    };
+    if (applied.length > 0)
+      log.info({ trigger, settings: Object.fromEntries(applied.map((n) => [n, next.given[n]])) }, 'settings reloaded');
+    if (needRestart.length > 0) {
+      log.warn({ trigger, settings: needRestart }, 'settings changed that apply only when the proxy is restarted; the running values stay');
+    }
+  };
 
   const stopRest = async (): Promise<void> => {
     rules.close();
-    stopReport();
+    refusals.close();
+    stopReport(); // the one running now
     await Promise.all([admin?.close(), sentinel?.close(), lockScan?.stop()]);
   };
   return {
@@ -149,7 +230,15 @@ export async function startApp(config: Config, log: Logger): Promise<App> {
     get sessionCount() {
       return seed.sessionCount + (cluster?.sessionCount ?? 0);
     },
+    get config() {
+      return config;
+    },
     describe: () => describeApp(config, seed, cluster, upstream, admin, rules),
+    reload(trigger: string, read?: () => Config) {
+      if (read === undefined) rules.reload(trigger);
+      else reconfigure(trigger, read);
+    },
+    probeUpstream: () => probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)),
     async shutdown(timeoutMs: number) {
       await Promise.all([seed.shutdown(timeoutMs), cluster?.shutdown(timeoutMs)]);
       await stopRest();
@@ -206,15 +295,15 @@ function describeApp(
   rules: RuleStore,
 ): Record<string, unknown> {
   const byMode = { enforce: 0, observe: 0 };
-  for (const rule of rules.current.rules) byMode[effectiveMode(rule, config.mode)]++;
+  for (const rule of rules.current.rules) byMode[effectiveMode(rule, rules.mode)]++;
   return {
     listen: formatAddress(seed.address.host, seed.address.port),
     ...(cluster === null ? {} : { clusterNodes: cluster.nodes().map((node) => `${node.address} (${node.role}) on ${node.listenPort}`) }),
     tls: config.listenerTls !== null,
     upstream: upstream.describe(),
     admin: admin === null ? 'off' : formatAddress(admin.address.host, admin.address.port),
-    mode: config.mode,
-    ...describeRules(rules.current, config.mode),
+    mode: rules.mode,
+    ...describeRules(rules.current, rules.mode),
     enforce: byMode.enforce,
     observe: byMode.observe,
     version: packageVersion(),

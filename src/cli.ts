@@ -7,38 +7,73 @@
  *   redis-lock-proxy locks --upstream URL list (and release) lock keys
  *
  * Signals: SIGTERM/SIGINT shut down gracefully (a second one exits at once),
- * SIGHUP reloads the rules.
+ * SIGHUP reloads the configuration and the rules.
  */
 import { packageVersion, startApp, type App } from './app.js';
-import { resolveConfig, type Config } from './config.js';
-import { createLogger, type Logger } from './log.js';
+import { rereadConfig, resolveConfig, type Config } from './config.js';
+import { ConfigError } from './errors.js';
+import { createLogger, exitAfterLog, type Logger } from './log.js';
 import type { Io } from './ops/command.js';
+import { serviceNotifier } from './service-notify.js';
 import { USAGE } from './settings.js';
+import { announceReadiness } from './startup-readiness.js';
 
-async function run(config: Config): Promise<void> {
+async function run(config: Config, argv: string[]): Promise<void> {
   const log = createLogger(config.logLevel);
   const app = await startApp(config, log);
+  const notifier = await serviceNotifier(process.env, log);
+  let stopReadiness = (): void => {};
   // Every signal handler is in place before the proxy says it is listening: a supervisor may
   // send SIGHUP or SIGTERM the moment it reads that line.
-  process.on('SIGHUP', () => app.rules.reload('SIGHUP'));
-  const shutdown = handleShutdownSignals(config, log, app);
+  // SIGHUP reads the configuration again (the same flags and environment, the config file as it is now).
+  process.on('SIGHUP', () => app.reload('SIGHUP', () => rereadConfig(argv, process.env)));
+  const shutdown = handleShutdownSignals(
+    () => app.config.shutdownTimeoutMs,
+    log,
+    app,
+    () => {
+      stopReadiness();
+      notifier?.send('STOPPING=1');
+    },
+  );
   stopWithLauncher(log, shutdown);
   log.info(app.describe(), 'redis-lock-proxy listening');
+  stopReadiness = announceReadiness(app, log, notifier);
 }
 
-/** Installs the SIGTERM/SIGINT handlers; returns the shutdown they start, for other triggers. */
-function handleShutdownSignals(config: Config, log: Logger, app: App): (signal: string) => void {
+/** How long the last log lines may take to go out when the process ends (a reader that is gone: not at all). */
+const LOG_GRACE_MS = 1000;
+/** After a second signal, the last line's grace: the process ends at once. */
+const SECOND_SIGNAL_LOG_GRACE_MS = 100;
+/** What closing the admin server, Sentinel and the lock scan may take after the connections are closed. */
+const SHUTDOWN_REST_MS = 1000;
+
+/**
+ * Installs the SIGTERM/SIGINT handlers; returns the shutdown they start, for other triggers. The
+ * process ends within the shutdown timeout (plus a second for the rest and one for the log)
+ * whatever happens: a connection that never finishes is closed at the timeout, and a log reader
+ * that is gone or stalls never holds the exit. A second signal ends the process at once.
+ */
+function handleShutdownSignals(timeoutMs: () => number, log: Logger, app: App, onStopping: () => void): (signal: string) => void {
   let stopping = false;
   const onSignal = (signal: string): void => {
     if (stopping) {
       log.warn({ signal }, 'second signal: exiting now');
-      process.exit(1);
+      exitAfterLog(1, SECOND_SIGNAL_LOG_GRACE_MS);
+      return;
     }
     stopping = true;
-    log.info({ signal, connections: app.sessionCount, timeoutMs: config.shutdownTimeoutMs }, 'shutting down: finishing in-flight requests');
-    void app.shutdown(config.shutdownTimeoutMs).then(() => {
+    onStopping();
+    const timeout = timeoutMs();
+    log.info({ signal, connections: app.sessionCount, timeoutMs: timeout }, 'shutting down: finishing in-flight requests');
+    const deadline = setTimeout(() => {
+      log.error({ timeoutMs: timeout }, 'shutdown did not finish in time; exiting now');
+      exitAfterLog(1, LOG_GRACE_MS);
+    }, timeout + SHUTDOWN_REST_MS);
+    void app.shutdown(timeout).then(() => {
+      clearTimeout(deadline);
       log.info('shut down');
-      process.exit(0);
+      exitAfterLog(0, LOG_GRACE_MS);
     });
   };
   process.on('SIGTERM', () => onSignal('SIGTERM'));
@@ -81,6 +116,12 @@ async function main(): Promise<void> {
       process.exitCode = await runSubcommand(argv[0], argv.slice(1));
       return;
     }
+    if (argv[0] !== undefined && !argv[0].startsWith('-')) {
+      throw new ConfigError(
+        `unknown command "${argv[0]}": the commands are verify (prove the fix through a running proxy) and ` +
+          'locks (list and release lock keys); without a command it runs the proxy (see --help)',
+      );
+    }
     const request = resolveConfig(argv, process.env);
     switch (request.kind) {
       case 'help':
@@ -93,14 +134,14 @@ async function main(): Promise<void> {
         process.stdout.write(request.text);
         return;
       case 'run':
-        await run(request.config);
+        await run(request.config, argv);
         return;
     }
   } catch (err) {
     const error = err as NodeJS.ErrnoException;
     process.stderr.write(`redis-lock-proxy: ${error.message}\n`);
     // Exit now: a listener or sentinel connection opened before the failure would keep the process alive.
-    process.exit(error.code === 'ECONFIG' || error.code === 'ERULEFILE' ? 2 : 1);
+    exitAfterLog(error.code === 'ECONFIG' || error.code === 'ERULEFILE' ? 2 : 1, LOG_GRACE_MS);
   }
 }
 

@@ -15,11 +15,13 @@ import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
 import type { RuleMode } from './rules/types.js';
 import {
   boolean,
+  checkSetting,
   integer,
   list,
   OPTIONS,
   readFlags,
   readSettings,
+  settingError,
   splitList,
   text,
   type OptionName,
@@ -92,6 +94,8 @@ export interface Config {
   readonly lockScanMaxKeys: number;
   /** TLS towards Redis, set for rediss:// upstreams. */
   readonly upstreamTls: UpstreamTls | null;
+  /** The settings as given (flags, variables, config file, defaults): what a reload compares. */
+  readonly given: RawSettings;
   /** TLS for clients, when --tls-cert is set. */
   readonly listenerTls: ListenerTls | null;
   readonly sentinel: SentinelConfig | null;
@@ -111,16 +115,20 @@ export interface RuleChoice {
 }
 
 /**
- * --rules and --stalwart, as the proxy and its operator commands take them. A Stalwart release
- * that does not have the bug is refused, saying so: there is nothing to load for it.
+ * The `rules` and `stalwart` settings, as the proxy and its operator commands take them. A
+ * Stalwart release that does not have the bug is refused, saying so: there is nothing to load for it.
  */
-export function chooseRules(rules: string[] | undefined, stalwart: string | undefined): RuleChoice {
+export function chooseRules(settings: RawSettings): RuleChoice {
+  const rules = list(settings, 'rules');
   const paths = rules !== undefined && rules.length > 0 ? rules : [DEFAULT_RULES_DIR];
+  const stalwart = text(settings, 'stalwart');
   if (stalwart === undefined || stalwart === '') return { paths, release: undefined };
   const release = stalwartRelease(stalwart);
-  if (release.kind === 'invalid') throw new ConfigError(`stalwart: ${release.reason}`);
+  if (release.kind === 'invalid') throw settingError(settings, 'stalwart', `stalwart: ${release.reason}`);
   if (release.kind === 'not-affected') {
-    throw new ConfigError(
+    throw settingError(
+      settings,
+      'stalwart',
       `stalwart: ${release.reason}; there are no lock rules to load for it (give the release of the oldest node still running)`,
     );
   }
@@ -128,6 +136,16 @@ export function chooseRules(rules: string[] | undefined, stalwart: string | unde
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+/**
+ * The configuration read again as at start (the same flags and environment, the config file as
+ * it is now), for a reload; throws a ConfigError naming what is wrong.
+ */
+export function rereadConfig(argv: string[], env: NodeJS.ProcessEnv): Config {
+  const request = resolveConfig(argv, env);
+  if (request.kind !== 'run') throw new ConfigError(`the command line asks for ${request.kind}, not to run the proxy`);
+  return request.config;
+}
 
 export function resolveConfig(argv: string[], env: NodeJS.ProcessEnv): CliRequest {
   const flags = readFlags(argv);
@@ -142,21 +160,23 @@ export function resolveConfig(argv: string[], env: NodeJS.ProcessEnv): CliReques
 /** The settings checked, in the order their errors are reported. */
 function buildConfig(settings: RawSettings): Config {
   const logLevel = text(settings, 'log-level') ?? 'info';
-  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`log-level must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
+  if (!LOG_LEVELS.includes(logLevel)) {
+    throw settingError(settings, 'log-level', `log-level must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
+  }
   const mode = text(settings, 'mode');
-  if (mode !== 'enforce' && mode !== 'observe') throw new ConfigError(`mode must be enforce or observe, got "${mode}"`);
+  if (mode !== 'enforce' && mode !== 'observe') throw settingError(settings, 'mode', `mode must be enforce or observe, got "${mode}"`);
   const adminText = text(settings, 'admin-listen') ?? 'off';
   const clustered = boolean(settings, 'cluster');
-  const upstreams = upstreamsFrom(settings, clustered);
+  const upstreams = checkSetting(settings, 'upstream', () => upstreamsFrom(settings, clustered));
   const upstream = upstreams[0];
   const upstreamTls = upstreamTlsFrom(settings, upstream);
   const listenerTls = listenerTlsFrom(settings);
   const sentinel = sentinelFrom(settings, upstream);
-  const listen = parseAddress(text(settings, 'listen') ?? '');
+  const listen = checkSetting(settings, 'listen', () => parseAddress(text(settings, 'listen') ?? ''));
   const cluster = clustered ? buildClusterConfig(settings, upstreams, listen, sentinel !== null) : null;
   if (!clustered) refuseClusterSettings(settings);
 
-  const rules = chooseRules(list(settings, 'rules'), text(settings, 'stalwart'));
+  const rules = chooseRules(settings);
   return {
     listen,
     upstream,
@@ -166,7 +186,7 @@ function buildConfig(settings: RawSettings): Config {
     connectTimeoutMs: integer(settings, 'connect-timeout-ms'),
     logLevel,
     mode,
-    adminListen: adminText === 'off' ? null : parseAddress(adminText, 'admin-listen address'),
+    adminListen: adminText === 'off' ? null : checkSetting(settings, 'admin-listen', () => parseAddress(adminText, 'admin-listen address')),
     watchRules: boolean(settings, 'watch-rules'),
     shutdownTimeoutMs: integer(settings, 'shutdown-timeout-ms'),
     maxConnections: integer(settings, 'max-connections'),
@@ -180,6 +200,7 @@ function buildConfig(settings: RawSettings): Config {
     listenerTls,
     sentinel,
     cluster,
+    given: settings,
   };
 }
 

@@ -140,8 +140,10 @@ export const OPTIONS = {
 
 export type OptionName = keyof typeof OPTIONS;
 type RawValue = string | number | boolean | string[];
-/** Each setting's value as given (or its default), not yet checked. */
-export type RawSettings = Partial<Record<OptionName, RawValue>>;
+/** Where each setting given by a variable or a config file came from (flags and defaults: not listed). */
+const SOURCES = Symbol('sources');
+/** Each setting's value as given (or its default), not yet checked, and where it came from. */
+export type RawSettings = Partial<Record<OptionName, RawValue>> & { [SOURCES]?: Partial<Record<OptionName, string>> };
 
 export function envName(option: string): string {
   return `REDIS_LOCK_PROXY_${option.toUpperCase().replace(/-/g, '_')}`;
@@ -205,24 +207,28 @@ export function readSettings(flags: Record<string, unknown>, env: NodeJS.Process
  */
 export function readCommandSettings(names: readonly OptionName[], flags: Record<string, unknown>, env: NodeJS.ProcessEnv): RawSettings {
   const all = merge(flags, fromEnv(env), {});
-  const picked: RawSettings = {};
+  const sources: Partial<Record<OptionName, string>> = {};
+  const picked: RawSettings = { [SOURCES]: sources };
   for (const name of names) {
     if (all[name] !== undefined) picked[name] = all[name];
+    if (all[SOURCES]?.[name] !== undefined) sources[name] = all[SOURCES][name];
   }
   return picked;
 }
 
 function fromEnv(env: NodeJS.ProcessEnv): RawSettings {
-  const settings: RawSettings = {};
+  const settings: RawSettings = { [SOURCES]: {} };
   for (const [name, spec] of Object.entries(OPTIONS) as Array<[OptionName, OptionSpec]>) {
     const value = env[envName(name)];
     if (value === undefined || value === '') continue;
     if (spec.kind === 'list') {
       const items = splitList(value);
-      if (items.length > 0) settings[name] = items; // an empty list means "not set": the default applies
+      if (items.length === 0) continue; // an empty list means "not set": the default applies
+      settings[name] = items;
     } else {
       settings[name] = value;
     }
+    (settings[SOURCES] as Record<string, string>)[name] = envName(name);
   }
   return settings;
 }
@@ -250,7 +256,7 @@ function fromFile(file: string): RawSettings {
   }
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`config file ${file}: must be a mapping of setting: value`);
-  const settings: RawSettings = {};
+  const settings: RawSettings = { [SOURCES]: {} };
   for (const [key, value] of Object.entries(doc as Record<string, unknown>)) {
     if (!(key in OPTIONS)) {
       throw new ConfigError(
@@ -259,6 +265,7 @@ function fromFile(file: string): RawSettings {
     }
     const spec: OptionSpec = OPTIONS[key as OptionName];
     settings[key as OptionName] = fileValue(file, key, spec, value);
+    (settings[SOURCES] as Record<string, string>)[key] = `config file ${file}, setting "${key}"`;
   }
   return settings;
 }
@@ -282,12 +289,41 @@ function fileValue(file: string, key: string, spec: OptionSpec, value: unknown):
 }
 
 function merge(flags: Record<string, unknown>, env: RawSettings, file: RawSettings): RawSettings {
-  const merged: RawSettings = {};
+  const sources: Partial<Record<OptionName, string>> = {};
+  const merged: RawSettings = { [SOURCES]: sources };
   for (const name of Object.keys(OPTIONS) as OptionName[]) {
-    const value = (flags[name] as RawValue | undefined) ?? env[name] ?? file[name] ?? (OPTIONS[name] as OptionSpec).default;
+    const flag = flags[name] as RawValue | undefined;
+    const value = flag ?? env[name] ?? file[name] ?? (OPTIONS[name] as OptionSpec).default;
     if (value !== undefined) merged[name] = value;
+    const source = flag !== undefined ? undefined : env[name] !== undefined ? env[SOURCES]?.[name] : file[SOURCES]?.[name];
+    if (source !== undefined && value !== undefined) sources[name] = source;
   }
   return merged;
+}
+
+/** The settings whose values differ between two readings (a reload's), in table order. */
+export function changedSettings(before: RawSettings, after: RawSettings): OptionName[] {
+  return (Object.keys(OPTIONS) as OptionName[]).filter((name) => JSON.stringify(before[name]) !== JSON.stringify(after[name]));
+}
+
+/**
+ * A setting's value is wrong: the error names where the value came from when that was a variable
+ * (`REDIS_LOCK_PROXY_HOLD_MS: ...`) or a config file (`config file F, setting "hold-ms": ...`); a
+ * flag is named by the problem itself.
+ */
+export function settingError(settings: RawSettings, name: OptionName, problem: string, cause?: unknown): ConfigError {
+  const source = settings[SOURCES]?.[name];
+  return new ConfigError(source === undefined ? problem : `${source}: ${problem}`, cause === undefined ? undefined : { cause });
+}
+
+/** Runs a check of setting `name`; a ConfigError it throws names where the value came from (settingError). */
+export function checkSetting<T>(settings: RawSettings, name: OptionName, check: () => T): T {
+  try {
+    return check();
+  } catch (err) {
+    if (err instanceof ConfigError) throw settingError(settings, name, err.message, err);
+    throw err;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -301,7 +337,7 @@ export function integer(settings: RawSettings, name: OptionName): number {
   const min = spec.min ?? 0;
   const max = spec.max ?? Number.MAX_SAFE_INTEGER;
   if (!/^\d+$/.test(text) || Number(text) < min || Number(text) > max) {
-    throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${text}"`);
+    throw settingError(settings, name, `${name} must be an integer from ${min} to ${max}, got "${text}"`);
   }
   return Number(text);
 }
@@ -311,7 +347,7 @@ export function boolean(settings: RawSettings, name: OptionName): boolean {
   if (typeof raw === 'boolean') return raw;
   if (raw === 'true' || raw === '1' || raw === 'yes') return true;
   if (raw === 'false' || raw === '0' || raw === 'no') return false;
-  throw new ConfigError(`${name} must be true or false, got "${String(raw)}"`);
+  throw settingError(settings, name, `${name} must be true or false, got "${String(raw)}"`);
 }
 
 export function text(settings: RawSettings, name: OptionName): string | undefined {

@@ -18,6 +18,11 @@ export class RuleCounters {
   closed = 0;
   /** Lock attempts in the fixed shape (SET key value NX EX n, Stalwart 0.16.16+) on the rule's keys. */
   fixedShape = 0;
+  /**
+   * Blocks on the rule's keys released unchanged at the hold deadline, every frame so far fitting
+   * the block: their frames came more than --hold-ms apart, and the lock was re-armed.
+   */
+  holdTimeouts = 0;
 }
 
 /** Upper bounds (seconds) of the upstream connect latency buckets. */
@@ -71,6 +76,16 @@ export class Stats {
   /** Rule reloads that succeeded and that were refused. */
   ruleReloads = 0;
   ruleReloadFailures = 0;
+  private verifyStats: Stats | undefined;
+
+  /**
+   * The lock-block counters of `verify`'s own connections (verify-connection.ts), apart from the
+   * application's: a readiness probe must not look like a node still taking locks the old way.
+   */
+  get verify(): Stats {
+    this.verifyStats ??= new Stats();
+    return this.verifyStats;
+  }
 
   rule(name: string): RuleCounters {
     let counters = this.byRule.get(name);
@@ -111,8 +126,15 @@ export class Stats {
     increment(this.rule(rule).fallbacks, reason);
   }
 
-  countRelease(reason: string): void {
+  /**
+   * A held MULTI went upstream unchanged. `rule`: the rule whose key the block's increment named,
+   * when it got that far. At the hold deadline every frame held so far fitted the block (one that
+   * did not would have released it at once), so such a release is a lock block the fix missed,
+   * counted per rule; a MULTI typed by hand (redis-cli waits for its +OK) never names a rule.
+   */
+  countRelease(reason: string, rule?: string): void {
     increment(this.releases, reason);
+    if (reason === 'hold-timeout' && rule !== undefined) this.rule(rule).holdTimeouts++;
   }
 
   upstreamConnected(seconds: number): void {

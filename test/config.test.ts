@@ -54,6 +54,7 @@ describe('resolveConfig', () => {
       listenerTls: null,
       sentinel: null,
       cluster: null,
+      given: expect.objectContaining({ listen: '127.0.0.1:6380', 'hold-ms': 10, mode: 'enforce' }),
     });
     expect(config.upstream.password).toBeUndefined();
     expect(config.upstream.username).toBeUndefined();

@@ -8,6 +8,7 @@
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -109,6 +110,57 @@ describe('examples/', () => {
   it('has alert rules that promtool accepts', async () => {
     const { stdout } = await promisify(execFile)('promtool', ['check', 'rules', path.join(EXAMPLES, 'monitoring/alerts.yaml')]);
     expect(stdout).toMatch(/SUCCESS: \d+ rules found/);
+  });
+
+  it('alerts on lock blocks released at the hold deadline, not on MULTIs typed by hand', async () => {
+    const alerts = yamlOf('monitoring/alerts.yaml') as {
+      groups: Array<{ rules: Array<{ alert: string; annotations: Record<string, string> }> }>;
+    };
+    const rule = alerts.groups[0].rules.find((r) => r.alert === 'RedisLockProxyLockBlocksTimedOut');
+    expect(rule, 'the alert').toBeDefined();
+    // The annotations as Prometheus renders them for instance "a", rule stalwart-task-lock, value 1.
+    const render = (text: string) =>
+      text
+        .replace(/\{\{ \$labels\.instance \}\}/g, 'a')
+        .replace(/\{\{ \$labels\.rule \}\}/g, 'stalwart-task-lock')
+        .replace(/\{\{ \$value \}\}/g, '1');
+    const test = {
+      rule_files: [path.join(EXAMPLES, 'monitoring/alerts.yaml')],
+      evaluation_interval: '1m',
+      tests: [
+        {
+          interval: '1m',
+          input_series: [
+            // Instance a: one lock block of a rule released at the deadline.
+            { series: 'redis_lock_proxy_block_hold_timeouts_total{instance="a",rule="stalwart-task-lock"}', values: '0 0 1 1 1' },
+            // Instance b: many held MULTIs released at the deadline (someone typing in redis-cli), no lock block.
+            { series: 'redis_lock_proxy_block_releases_total{instance="b",reason="hold-timeout"}', values: '0 5 10 20 40' },
+            { series: 'redis_lock_proxy_block_hold_timeouts_total{instance="b",rule="stalwart-task-lock"}', values: '0 0 0 0 0' },
+          ],
+          alert_rule_test: [
+            {
+              eval_time: '4m',
+              alertname: 'RedisLockProxyLockBlocksTimedOut',
+              exp_alerts: [
+                {
+                  exp_labels: { severity: 'ticket', instance: 'a', rule: 'stalwart-task-lock' },
+                  exp_annotations: Object.fromEntries(Object.entries(rule?.annotations ?? {}).map(([k, v]) => [k, render(v)])),
+                },
+              ],
+            },
+          ],
+        },
+      ],
+    };
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-alerts-'));
+    try {
+      const file = path.join(dir, 'hold-timeouts.test.yaml');
+      fs.writeFileSync(file, JSON.stringify(test)); // JSON is YAML
+      const { stdout } = await promisify(execFile)('promtool', ['test', 'rules', file]);
+      expect(stdout).toContain('SUCCESS');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   describe('metrics used by the alerts and the dashboard', () => {

@@ -74,8 +74,9 @@ function oracleHeadArgs(cmd: Cmd, argc: number): number {
   switch (cmd) {
     case Cmd.Set:
       return argc === 6 ? 5 : 1; // SET key value NX EX n: key and option words
-    case Cmd.Incr:
     case Cmd.Client:
+      return argc === 3 ? 3 : 2; // CLIENT SETNAME name: the name too
+    case Cmd.Incr:
     case Cmd.Cluster:
       return 2;
     case Cmd.Incrby:
@@ -590,9 +591,13 @@ describe('RequestScanner examples', () => {
     const bytes = bulk('CLIENT', 'REPLY', 'OFF');
     const [rec] = scanBoth(bytes);
     expect(rec).toMatchObject({ cmd: Cmd.Client, argc: 3, key: b('REPLY').toString('hex'), oversize: false });
-    // HEAD comes before the last argument.
-    expect(rec.head).toBe(b('*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n').length);
+    // With three arguments the third is part of the head (CLIENT SETNAME's name), so HEAD comes with the end.
+    expect(rec.head).toBe(bytes.length);
     expect(rec.end).toBe(bytes.length);
+    const [named] = scanBoth(bulk('CLIENT', 'SETNAME', 'redis-lock-proxy-verify'));
+    expect(named).toMatchObject({ key: b('SETNAME').toString('hex'), value: b('redis-lock-proxy-verify').toString('hex') });
+    const [four] = scanBoth(bulk('CLIENT', 'KILL', 'ID', '7'));
+    expect(four.head).toBe(b('*4\r\n$6\r\nCLIENT\r\n$4\r\nKILL\r\n').length);
   });
 });
 

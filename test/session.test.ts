@@ -14,6 +14,7 @@ import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
 import type { ProxyContext } from '../src/session/context.js';
 import { Session } from '../src/session/session.js';
 import { Stats } from '../src/stats.js';
+import { RefusalLog } from '../src/upstream/refusal-log.js';
 import type { UpstreamConnector } from '../src/upstream/connect.js';
 import { parseUpstreamUrl } from '../src/upstream/target.js';
 import { memorySocketPair, Received, type MemorySocket } from './support/memory-socket.js';
@@ -42,6 +43,7 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
     },
   } as unknown as UpstreamConnector;
   const stats = new Stats();
+  const log = pino({ level: 'silent' });
   const ctx: ProxyContext = {
     upstream,
     rules: () => RULES,
@@ -51,8 +53,9 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
     idleTimeoutMs: 0,
     lockMethod,
     cluster: null,
-    log: pino({ level: 'silent' }),
+    log,
     stats,
+    refusals: new RefusalLog(log),
   };
   const session = new Session(proxyFront.asSocket(), ctx);
   return { session, stats, client, redis, atRedis: new Received(redis), atClient: new Received(client) };

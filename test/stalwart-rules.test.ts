@@ -126,7 +126,7 @@ describe('--stalwart VERSION', () => {
   it('loads the file of the line the release is in', () => {
     for (const line of RELEASE_LINES) {
       for (const version of [line.first, line.last, `v${line.last}`]) {
-        const choice = chooseRules(undefined, version);
+        const choice = chooseRules({ stalwart: version });
         const set = loadRules(choice.paths, choice.release);
         expect(set.files, version).toEqual([fileOf(line.file)]);
       }
@@ -138,7 +138,7 @@ describe('--stalwart VERSION', () => {
     try {
       const own = path.join(dir, 'app.yaml');
       writeFileSync(own, 'rules:\n  - name: app-lock\n    prefix: "lock:"\n');
-      const choice = chooseRules([STALWART_RULES_DIR, own], '0.15.2');
+      const choice = chooseRules({ rules: [STALWART_RULES_DIR, own], stalwart: '0.15.2' });
       const set = loadRules(choice.paths, choice.release);
       expect(set.files).toEqual([fileOf('0.15.yaml'), own]);
       expect(set.rules.at(-1)?.name).toBe('app-lock');
@@ -159,10 +159,10 @@ describe('--stalwart VERSION', () => {
     expect(stalwartRelease('0.8.1')).toEqual({ kind: 'affected', version: [0, 8, 1] });
     expect(stalwartRelease('0.16').kind).toBe('invalid');
     expect(stalwartRelease('latest').kind).toBe('invalid');
-    expect(() => chooseRules(undefined, '0.16.16')).toThrow(/^stalwart: Stalwart 0\.16\.16 is not affected.*no lock rules to load/);
-    expect(() => chooseRules(undefined, '0.16')).toThrow(/give all three parts/);
+    expect(() => chooseRules({ stalwart: '0.16.16' })).toThrow(/^stalwart: Stalwart 0\.16\.16 is not affected.*no lock rules to load/);
+    expect(() => chooseRules({ stalwart: '0.16' })).toThrow(/give all three parts/);
     // Inside the affected span but in no line: no file is for it, and the error lists what the files are for.
-    const gap = chooseRules(undefined, '0.10.9');
+    const gap = chooseRules({ stalwart: '0.10.9' });
     expect(() => loadRules(gap.paths, gap.release)).toThrow(
       /no rule file here is for Stalwart 0\.10\.9 \(the files are for Stalwart 0\.11\.0 - 0\.11\.8, .*Stalwart 0\.8\.1 - 0\.10\.7\)/,
     );

@@ -116,6 +116,19 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     },
   );
   labelledCounter(
+    'verify_blocks_total',
+    "Lock blocks of `redis-lock-proxy verify`'s own connections (named redis-lock-proxy-verify), counted apart from blocks_total and lock_attempts_total.",
+    ['rule', 'outcome'],
+    (emit) => {
+      for (const [rule, counts] of stats.verify.byRule) {
+        emit({ rule, outcome: 'seen' }, counts.seen);
+        emit({ rule, outcome: 'rewritten' }, counts.rewritten);
+        emit({ rule, outcome: 'observed' }, counts.observed);
+        emit({ rule, outcome: 'closed' }, counts.closed);
+      }
+    },
+  );
+  labelledCounter(
     'block_fallbacks_total',
     'Lock blocks whose script wrote nothing (it was refused, or Redis did not run it) and that were sent unchanged, by error prefix.',
     ['rule', 'reason'],
@@ -131,6 +144,14 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     ['reason'],
     (emit) => {
       for (const [reason, value] of stats.releases) emit({ reason }, value);
+    },
+  );
+  labelledCounter(
+    'block_hold_timeouts_total',
+    "Lock blocks on a rule's keys released unchanged at --hold-ms (their frames came further apart): the fix did not apply, and the lock was re-armed.",
+    ['rule'],
+    (emit) => {
+      for (const [rule, counts] of stats.byRule) emit({ rule }, counts.holdTimeouts);
     },
   );
   counter('script_reloads_total', 'Times the script was missing from the script cache and was sent in full.', () => stats.scriptReloads);

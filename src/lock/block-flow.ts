@@ -154,7 +154,7 @@ export class LockBlocks {
   release(reason: string): void {
     this.stopTimer();
     this.holding = false;
-    this.settings.stats.countRelease(reason);
+    this.settings.stats.countRelease(reason, this.matcher.rule?.name);
     const held = this.held;
     this.held = [];
     this.port.writeUpstream(joined(held));

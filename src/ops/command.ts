@@ -63,3 +63,18 @@ export function connectionFault(commandError: unknown, lastError: Error | undefi
   if (lastError === undefined) return undefined;
   return !isReplyError(commandError) || isReplyError(lastError) ? lastError : undefined;
 }
+
+/** ioredis's words for a reply that is not RESP: `Protocol error, got "H" as reply type byte. Please report this.` */
+const NOT_RESP = /^Protocol error, got "(.*)" as reply type byte/;
+
+/** Whether a connection's error leaves the server's RESP in doubt (false: what answered is not Redis). */
+export function speaksResp(message: string): boolean {
+  return !NOT_RESP.test(message);
+}
+
+/** A connection's error, said plainly when what answered at `where` does not speak RESP (an HTTP port, say). */
+export function notRespHint(message: string, where: string): string {
+  const match = NOT_RESP.exec(message);
+  if (match === null) return message;
+  return `${where} does not speak RESP (it answered ${JSON.stringify(match[1])}...): give the address of Redis or of redis-lock-proxy`;
+}

@@ -19,9 +19,18 @@ import { UsageError } from '../errors.js';
 import { unescapeKey } from '../key-text.js';
 import { loadRules } from '../rules/loader.js';
 import type { RuleSet } from '../rules/types.js';
-import { list, readCommandSettings, text } from '../settings.js';
+import { readCommandSettings, text } from '../settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
-import { connectionFault, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
+import {
+  connectionFault,
+  notRespHint,
+  parseCommandLine,
+  speaksResp,
+  type FlagTable,
+  positiveInteger,
+  usageFailed,
+  type Io,
+} from './command.js';
 import { openLockNodes, type LockNodes } from '../lock-keys/nodes.js';
 import { scanNodes } from '../lock-keys/read.js';
 import { printRows, summary } from './locks-output.js';
@@ -111,7 +120,11 @@ export async function run(argv: string[], io: Io): Promise<number> {
   try {
     nodes = await openLockNodes(options.upstream, options.tls, CONNECT_TIMEOUT_MS);
   } catch (error) {
-    io.stderr(`locks: cannot connect to ${options.upstream.display}: ${(error as Error).message}\n`);
+    const message = (error as Error).message;
+    const reason = speaksResp(message)
+      ? `cannot connect to ${options.upstream.display}: ${explained(message, options.upstream)}`
+      : notRespHint(message, options.upstream.display);
+    io.stderr(`locks: ${reason}\n`);
     return 1;
   }
   try {
@@ -123,7 +136,12 @@ export async function run(argv: string[], io: Io): Promise<number> {
     return 0;
   } catch (error) {
     const fault = connectionFault(error, nodes.lastError());
-    const reason = fault !== undefined ? `connection failed: ${fault.message}` : (error as Error).message;
+    const reason =
+      fault === undefined
+        ? explained((error as Error).message, options.upstream)
+        : speaksResp(fault.message)
+          ? `connection failed: ${explained(fault.message, options.upstream)}`
+          : explained(fault.message, options.upstream);
     io.stderr(`locks: ${options.upstream.display}: ${reason}\n`);
     return 1;
   } finally {
@@ -194,13 +212,22 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
   return {
     upstream,
     tls: upstreamTlsFrom(settings, upstream),
-    rules: chooseRules(list(settings, 'rules'), text(settings, 'stalwart')),
+    rules: chooseRules(settings),
     count,
     json: values.json ?? false,
     release,
     releaseAbandoned,
     yes: values.yes ?? false,
   };
+}
+
+/** An error from Redis or the connection, with what to do where it is the operator's to fix. */
+function explained(message: string, upstream: UpstreamTarget): string {
+  if (/^(NOAUTH|WRONGPASS)\b/.test(message)) {
+    const form = upstream.path !== undefined ? 'unix:///path/redis.sock?password=PASSWORD' : 'redis://:PASSWORD@HOST:PORT';
+    return `${message} (give the password in the --upstream URL, ${form}, or in REDIS_LOCK_PROXY_UPSTREAM)`;
+  }
+  return notRespHint(message, upstream.display);
 }
 
 /** A key to delete, written as the table prints it. */

@@ -9,8 +9,9 @@ import type { Address } from '../address.js';
 import { RuleFailure } from '../errors.js';
 import { describeKey } from '../key-text.js';
 import type { Rule, RuleSet } from '../rules/types.js';
-import { reportingOptions } from '../upstream/redis-client.js';
-import { connectionFault, describeError } from './command.js';
+import { isReplyError, reportingOptions } from '../upstream/redis-client.js';
+import { VERIFY_CLIENT_NAME } from '../verify-connection.js';
+import { connectionFault, describeError, notRespHint, speaksResp } from './command.js';
 import type { SlotRanges } from '../cluster/topology.js';
 import { servedSlots, unusedScratchKey } from './verify-scratch.js';
 
@@ -69,6 +70,29 @@ async function withDeadline(timeoutMs: number, progress: Progress, work: (signal
   }
 }
 
+/**
+ * For a release with nothing to verify: whether `proxy` answers as Redis or redis-lock-proxy does
+ * (PING), within its timeout.
+ */
+export function checkAnswers(proxy: ProxyEndpoint, verbose: (line: string) => void): Promise<Outcome> {
+  const progress: Progress = { step: 'connecting' };
+  return withDeadline(proxy.timeoutMs, progress, (signal) =>
+    withConnection(proxy, signal, progress, verbose, async (redis, lastError) => {
+      progress.step = `sending PING to ${proxy.viaText}`;
+      try {
+        await nameConnection(redis);
+        const pong = await redis.ping();
+        if (pong !== 'PONG') return { kind: 'failed', message: `${proxy.viaText} answered PING with ${JSON.stringify(pong)}` };
+      } catch (error) {
+        if (signal.aborted) throw error;
+        return { kind: 'failed', message: failureMessage(error, lastError(), proxy.viaText) };
+      }
+      verbose(`${proxy.viaText} answers PING`);
+      return { kind: 'ok' };
+    }),
+  );
+}
+
 async function verifyAll(
   proxy: ProxyEndpoint,
   rules: RuleSet,
@@ -76,6 +100,46 @@ async function verifyAll(
   signal: AbortSignal,
   progress: Progress,
   verbose: (line: string) => void,
+): Promise<Outcome> {
+  return withConnection(proxy, signal, progress, verbose, async (redis, lastError) => {
+    let slots: Promise<SlotRanges | null> | undefined;
+    for (const rule of enforce) {
+      progress.step = `verifying rule ${rule.name}`;
+      try {
+        slots ??= nameConnection(redis).then(() => servedSlots(redis, verbose));
+        await verifyRule(redis, rules, rule, await slots, verbose);
+      } catch (error) {
+        if (signal.aborted) throw error;
+        return { kind: 'failed', message: `rule ${rule.name}: ${failureMessage(error, lastError(), proxy.viaText)}` };
+      }
+    }
+    return { kind: 'ok' };
+  });
+}
+
+/**
+ * Names the connection as verify's (CLIENT SETNAME), so that the proxy counts its lock blocks
+ * apart from the application's. A server that refuses the name (an ACL without CLIENT, a
+ * password not given yet) is still verified: the commands after it say what is wrong, and the
+ * proxy recognises the name as it passes, whatever Redis answers. The proxy's own refusal (its
+ * upstream unreachable) and a lost connection are failures.
+ */
+async function nameConnection(redis: Redis): Promise<void> {
+  try {
+    await redis.call('CLIENT', 'SETNAME', VERIFY_CLIENT_NAME);
+  } catch (error) {
+    if (isReplyError(error) && !/^ERR redis-lock-proxy:/.test((error as Error).message)) return;
+    throw error;
+  }
+}
+
+/** Connects to `proxy` as an application does, runs `work`, and disconnects; the deadline's abort closes the connection. */
+async function withConnection(
+  proxy: ProxyEndpoint,
+  signal: AbortSignal,
+  progress: Progress,
+  verbose: (line: string) => void,
+  work: (redis: Redis, lastError: () => Error | undefined) => Promise<Outcome>,
 ): Promise<Outcome> {
   const redis = new Redis({
     host: proxy.via.host,
@@ -97,21 +161,10 @@ async function verifyAll(
       await redis.connect();
     } catch (error) {
       const reason = describeError(lastError ?? error);
-      return { kind: 'failed', message: `cannot connect to ${proxy.viaText}: ${reason}` };
+      return { kind: 'failed', message: `cannot connect to ${proxy.viaText}: ${notRespHint(reason, proxy.viaText)}` };
     }
     verbose(`connected to ${proxy.viaText}`);
-    let slots: Promise<SlotRanges | null> | undefined;
-    for (const rule of enforce) {
-      progress.step = `verifying rule ${rule.name}`;
-      try {
-        slots ??= servedSlots(redis, verbose);
-        await verifyRule(redis, rules, rule, await slots, verbose);
-      } catch (error) {
-        if (signal.aborted) throw error;
-        return { kind: 'failed', message: `rule ${rule.name}: ${failureMessage(error, lastError, proxy.viaText)}` };
-      }
-    }
-    return { kind: 'ok' };
+    return await work(redis, () => lastError);
   } finally {
     signal.removeEventListener('abort', onAbort);
     redis.disconnect();
@@ -122,7 +175,10 @@ async function verifyAll(
 function failureMessage(error: unknown, lastError: Error | undefined, viaText: string): string {
   if (error instanceof RuleFailure) return error.message;
   const fault = connectionFault(error, lastError);
-  if (fault !== undefined) return `connection to ${viaText} failed: ${withAuthHint(describeError(fault))}`;
+  if (fault !== undefined) {
+    const reason = describeError(fault);
+    return speaksResp(reason) ? `connection to ${viaText} failed: ${withAuthHint(reason)}` : notRespHint(reason, viaText);
+  }
   return withAuthHint(describeError(error));
 }
 

@@ -27,10 +27,10 @@ import { UsageError } from '../errors.js';
 import { loadRules } from '../rules/loader.js';
 import { stalwartRelease } from '../rules/stalwart.js';
 import { releasesText } from '../rules/store.js';
-import { list, readCommandSettings, text } from '../settings.js';
+import { readCommandSettings, text } from '../settings.js';
 import type { RuleSet } from '../rules/types.js';
 import { nonEmpty, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
-import { verifyRules, type ProxyEndpoint } from './verify-check.js';
+import { checkAnswers, verifyRules, type ProxyEndpoint } from './verify-check.js';
 import { isFixedKey } from './verify-scratch.js';
 
 export const VERIFY_USAGE = `Usage: redis-lock-proxy verify --via HOST:PORT [options]
@@ -38,8 +38,10 @@ export const VERIFY_USAGE = `Usage: redis-lock-proxy verify --via HOST:PORT [opt
 Proves that a running redis-lock-proxy applies the fix for every enforce-mode
 rule: on a scratch key each rule matches, a second lock attempt
 (MULTI / INCRBY / EXPIRE / EXEC) must not re-arm the expiry the first one set.
-Prints one line; exit 0 when every enforce rule holds, 1 when one does not,
-2 for bad options. Usable as a readiness probe or CI check.
+Prints one line; exit 0 when every enforce rule holds, 1 when one does not
+or HOST:PORT does not answer, 2 for bad options. Usable as a readiness probe
+or CI check. For a Stalwart release without the bug there is nothing to
+verify: it then only checks that HOST:PORT answers PING.
 
 Options:
   --via HOST:PORT       the proxy to test, as applications reach it (required)
@@ -78,8 +80,15 @@ export async function run(argv: string[], io: Io): Promise<number> {
     io.stdout(VERIFY_USAGE);
     return 0;
   }
+  const verbose = options.verbose ? (line: string) => io.stdout(`verify: ${line}\n`) : () => {};
   if (options.notAffected !== undefined) {
-    io.stdout(`verify: OK: ${options.notAffected}; nothing to verify\n`);
+    // Nothing to verify, but the address must still be a Redis or a redis-lock-proxy that answers.
+    const answer = await checkAnswers(options, verbose);
+    if (answer.kind === 'failed') {
+      io.stderr(`verify: FAILED: ${answer.message}\n`);
+      return 1;
+    }
+    io.stdout(`verify: OK: ${options.notAffected}; nothing to verify (${options.viaText} answers)\n`);
     return 0;
   }
 
@@ -104,7 +113,6 @@ export async function run(argv: string[], io: Io): Promise<number> {
     return 1;
   }
 
-  const verbose = options.verbose ? (line: string) => io.stdout(`verify: ${line}\n`) : () => {};
   const outcome = await verifyRules(options, rules, enforce, verbose);
   if (outcome.kind === 'ok') {
     for (const rule of observe) verbose(`rule ${rule.name}: observe (not verified)`);
@@ -159,7 +167,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
   return {
     via,
     viaText: formatAddress(via.host, via.port),
-    rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRules(list(settings, 'rules'), stalwart),
+    rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRules(settings),
     notAffected,
     timeoutMs,
     username,

@@ -110,8 +110,10 @@ export function argsNeeded(cmd: Cmd, argc: number): number {
     case Cmd.Set:
       // Only `SET key value NX EX n` (6 arguments) is looked at: its key and its two option words.
       return argc === 6 ? 5 : 1;
-    case Cmd.Incr:
     case Cmd.Client:
+      // CLIENT SETNAME name: the name says whether the connection is verify's (verify-connection.ts).
+      return argc === 3 ? 3 : 2;
+    case Cmd.Incr:
     case Cmd.Cluster:
       return 2;
     case Cmd.Incrby:

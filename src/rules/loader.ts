@@ -98,7 +98,7 @@ function filesFor<T extends RuleFile & { file: string }>(release: ReleaseFilter,
 
 /** A file stands for itself; a directory for its rule files, sorted so load order is stable. */
 function ruleFilesAt(path: string): string[] {
-  const stats = fsCall(path, () => statSync(path));
+  const stats = fsCall(path, () => statSync(path), RULES_SETTING);
   if (!stats.isDirectory()) return [path];
 
   const names = fsCall(path, () => readdirSync(path))
@@ -114,12 +114,16 @@ function readRuleFile(file: string): string {
   return fsCall(file, () => readFileSync(file, 'utf8'));
 }
 
-/** Runs a fs call, turning its error into a RuleFileError that names the path. */
-function fsCall<T>(path: string, call: () => T): T {
+/** Where a path given to loadRules comes from, for an error that names the setting to fix. */
+const RULES_SETTING = 'a path of the rules setting: --rules, REDIS_LOCK_PROXY_RULES or rules in the config file';
+
+/** Runs a fs call, turning its error into a RuleFileError that names the path (and, given, where it came from). */
+function fsCall<T>(path: string, call: () => T, givenAs?: string): T {
   try {
     return call();
   } catch (error) {
-    throw new RuleFileError({ file: path }, describeFsError(error), { cause: error });
+    const problem = describeFsError(error);
+    throw new RuleFileError({ file: path }, givenAs === undefined ? problem : `${problem} (${givenAs})`, { cause: error });
   }
 }
 

@@ -14,38 +14,67 @@ import { effectiveMode, type RuleMode, type RuleSet } from './types.js';
 /** Several editors write a file in more than one step: wait for the writes to settle. */
 const WATCH_SETTLE_MS = 100;
 
+/** Which rules to load, and the proxy's --mode over them: what a reload may change. */
+export interface RuleSource {
+  readonly paths: readonly string[];
+  readonly release: ReleaseFilter | undefined;
+  /** 'observe' makes every rule observe-only. */
+  readonly mode: RuleMode;
+}
+
 export class RuleStore {
   private rules: RuleSet;
+  private source: RuleSource;
+  private watching = false;
   private watchers: fs.FSWatcher[] = [];
   private settleTimer: NodeJS.Timeout | undefined;
 
   /** Loads the rules; throws (RuleFileError) when they are invalid, as at start-up nothing runs without rules. */
   constructor(
-    private readonly paths: readonly string[],
+    source: RuleSource,
     private readonly log: Logger,
     private readonly stats: Stats,
-    private readonly release?: ReleaseFilter,
   ) {
-    this.rules = loadRules(paths, release);
+    this.rules = loadRules(source.paths, source.release);
+    this.source = source;
   }
 
   get current(): RuleSet {
     return this.rules;
   }
 
-  /** Re-reads the rule files. Returns true when the new rules are in force. */
-  reload(trigger: string): boolean {
+  /** The proxy's --mode in force, which goes with the rules: 'observe' makes every rule observe-only. */
+  get mode(): RuleMode {
+    return this.source.mode;
+  }
+
+  /**
+   * Re-reads the rule files, from `next` when the settings changed (paths, release, mode), else
+   * from the same ones. All or nothing: the new rules and mode are in force together, or the
+   * previous ones stay. Returns true when the new ones are in force.
+   */
+  reload(trigger: string, next: RuleSource = this.source): boolean {
     try {
-      const next = loadRules(this.paths, this.release);
-      this.rules = next;
+      const rules = loadRules(next.paths, next.release);
+      const pathsChanged = next.paths.join('\0') !== this.source.paths.join('\0');
+      this.rules = rules;
+      this.source = next;
       this.stats.ruleReloads++;
-      this.log.info({ trigger, ...describeRules(next) }, 'rules reloaded');
+      this.log.info({ trigger, mode: next.mode, ...describeRules(rules, next.mode) }, 'rules reloaded');
+      if (pathsChanged && this.watching) {
+        this.unwatch();
+        this.watch();
+      }
       return true;
     } catch (err) {
       this.stats.ruleReloadFailures++;
       this.log.error({ trigger, err: (err as Error).message }, 'rule reload refused; the previous rules stay in force');
       return false;
     }
+  }
+
+  get watched(): boolean {
+    return this.watching;
   }
 
   /**
@@ -55,7 +84,8 @@ export class RuleStore {
    * watching the file itself would miss changes.
    */
   watch(): void {
-    const dirs = new Set(this.paths.map((p) => (isDirectory(p) ? p : path.dirname(p))));
+    this.watching = true;
+    const dirs = new Set(this.source.paths.map((p) => (isDirectory(p) ? p : path.dirname(p))));
     for (const dir of dirs) {
       try {
         const watcher = fs.watch(dir, () => this.scheduleReload());
@@ -72,10 +102,16 @@ export class RuleStore {
     this.settleTimer = setTimeout(() => this.reload('file change'), WATCH_SETTLE_MS);
   }
 
-  close(): void {
+  /** Stops watching the rule paths. */
+  unwatch(): void {
+    this.watching = false;
     clearTimeout(this.settleTimer);
     for (const watcher of this.watchers) watcher.close();
     this.watchers = [];
+  }
+
+  close(): void {
+    this.unwatch();
   }
 }
 

@@ -8,6 +8,7 @@ import type { Logger } from '../log.js';
 import type { RuleMode, RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
 import type { UpstreamConnector } from '../upstream/connect.js';
+import type { RefusalLog } from '../upstream/refusal-log.js';
 
 export interface ProxyContext {
   readonly upstream: UpstreamConnector;
@@ -26,4 +27,6 @@ export interface ProxyContext {
   readonly cluster?: ClusterReplies | null;
   readonly log: Logger;
   readonly stats: Stats;
+  /** Where refused client connections are logged: the first at once, the rest counted per period. */
+  readonly refusals: RefusalLog;
 }

@@ -17,6 +17,7 @@ import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
 import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
 import { setupCommands } from '../upstream/target.js';
+import { countedApart, namesVerifyConnection } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
 import { FrameMeaning, TransactionState } from './transaction-state.js';
@@ -65,6 +66,8 @@ export class RequestFlow implements LockBlockPort {
   private partial: Buffer[] = [];
   /** The frame being read is a QUIT: once it has gone upstream, Redis closes. */
   private quitting = false;
+  /** The client named its connection as verify's: its lock blocks are counted apart. */
+  private verifyConnection = false;
 
   constructor(
     private readonly port: RequestFlowPort,
@@ -72,7 +75,11 @@ export class RequestFlow implements LockBlockPort {
     private readonly ctx: ProxyContext,
     private readonly nodes: NodeReplies | null,
   ) {
-    this.blocks = new LockBlocks(this, replies, ctx);
+    this.blocks = new LockBlocks(
+      this,
+      replies,
+      countedApart(ctx, () => this.verifyConnection),
+    );
     // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
     this.pipeWithoutRules = ctx.rules().rules.length === 0 && !ctx.cluster;
     if (this.pipeWithoutRules) this.enterPipe(true);
@@ -259,6 +266,7 @@ export class RequestFlow implements LockBlockPort {
       this.enterPipe(meaning === FrameMeaning.Untrackable);
       return;
     }
+    if (this.scanner.cmd === Cmd.Client) this.verifyConnection = namesVerifyConnection(this.scanner) ?? this.verifyConnection;
     if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx.rules(), this.ctx.stats);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);

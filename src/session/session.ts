@@ -157,7 +157,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private onUpstreamError(err: Error): void {
     if (!this.connected) {
       this.ctx.stats.upstreamConnectFailures++;
-      this.log.warn({ upstream: this.ctx.upstream.describe(), address: this.upstreamAddress, err: err.message }, 'upstream unreachable');
+      this.ctx.refusals.refused(this.ctx.upstream.describe(), this.upstreamAddress, err.message);
       this.refuseClient(`upstream ${this.ctx.upstream.describe()} is unreachable: ${err.message}`);
       return;
     }

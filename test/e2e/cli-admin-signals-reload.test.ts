@@ -1,19 +1,21 @@
 /**
  * The built command line while it runs: the admin endpoints scraped over
  * HTTP, signals (SIGHUP the moment it listens, SIGTERM through npx, SIGTERM
- * with a busy connection), and rule reloads on SIGHUP and when a watched
+ * with a busy connection, SIGTERM with standard output a closed pipe), and rule reloads on SIGHUP and when a watched
  * file changes. (Starting it, settings and config file: cli-startup.test.ts.)
  */
-import fs from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs, { writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Cli, cleanEnv, ensureBuilt, runCli } from '../support/cli.js';
+import type { Readable } from 'node:stream';
+import { Cli, CLI, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { freePort } from '../support/ports.js';
-import { cmd, RawClient } from '../support/resp.js';
-import { attemptReplies, lockAttempt } from '../support/stalwart.js';
+import { cmd, exchange, RawClient } from '../support/resp.js';
+import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
 let redis: RedisServer;
 let tmp: string;
@@ -193,6 +195,155 @@ describe('signals', () => {
       await blocked.readUntilClosed(2000);
     } finally {
       await cli.stop();
+    }
+  });
+});
+
+describe('configuration reload on SIGHUP: the rollout steps as the README writes them', () => {
+  /** Waits for a log line `msg` after the first `seen` of them; returns it. */
+  async function nextLog(cli: Cli, msg: string, seen: number): Promise<Record<string, unknown>> {
+    const of = () => cli.logLines().filter((l) => l.msg === msg);
+    await expect.poll(() => of().length, { timeout: 10_000, message: `a new "${msg}" line` }).toBeGreaterThan(seen);
+    return of()[seen];
+  }
+  const count = (cli: Cli, msg: string) => cli.logLines().filter((l) => l.msg === msg).length;
+  const metric = async (adminPort: number, series: string) => {
+    const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
+    const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+    return line === undefined ? 0 : Number(line.slice(series.length + 1));
+  };
+
+  it('observe, watch, set mode: enforce in the config file and send SIGHUP, verify; the log shows the mode in force', async () => {
+    const port = await freePort();
+    const adminPort = await freePort();
+    const settings = (mode: string, listen = `127.0.0.1:${port}`) =>
+      `listen: ${listen}\nupstream: ${redis.url}\nadmin-listen: 127.0.0.1:${adminPort}\nmode: ${mode}\nstalwart: 0.16.3\n`;
+    const config = writeTmp('rollout.yaml', settings('observe'));
+    const cli = new Cli(['--config', config], cleanEnv({ REDIS_LOCK_PROXY_ADMIN_LISTEN: '' }));
+    const seen = '{rule="stalwart-task-lock",outcome="seen"}';
+    try {
+      // 1. Deployed in observe mode.
+      const listening = await cli.waitForLog('redis-lock-proxy listening');
+      expect(listening).toMatchObject({ mode: 'observe', rules: ['stalwart-task-lock (observe)', 'stalwart-queue-lock (observe)'] });
+      // 2. Watch: forwarded unchanged (a loser re-arms), logged, counted as observed; ready.
+      const observed = lockAttempt(taskLockKey(1n), 60);
+      expect(await exchange(port, Buffer.concat([observed, observed]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 1));
+      await cli.waitForLog('observe: lock block would be rewritten');
+      expect(await metric(adminPort, `redis_lock_proxy_blocks_total{rule="stalwart-task-lock",outcome="observed"}`)).toBe(2);
+      expect((await fetch(`http://127.0.0.1:${adminPort}/readyz`)).status).toBe(200);
+      // A reload that changes nothing says the mode in force.
+      cli.kill('SIGHUP');
+      expect(await nextLog(cli, 'rules reloaded', 0)).toMatchObject({
+        mode: 'observe',
+        rules: ['stalwart-task-lock (observe)', 'stalwart-queue-lock (observe)'],
+      });
+
+      // 3. Enforce: mode: enforce in the config file, and SIGHUP.
+      writeFileSync(config, settings('enforce'));
+      cli.kill('SIGHUP');
+      expect(await nextLog(cli, 'rules reloaded', 1)).toMatchObject({
+        mode: 'enforce',
+        rules: ['stalwart-task-lock (enforce)', 'stalwart-queue-lock (enforce)'],
+      });
+      expect(await nextLog(cli, 'settings reloaded', 0)).toMatchObject({ settings: { mode: 'enforce' } });
+      const enforced = lockAttempt(taskLockKey(2n), 60);
+      expect(await exchange(port, Buffer.concat([enforced, enforced]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+      expect(await metric(adminPort, `redis_lock_proxy_blocks_total{rule="stalwart-task-lock",outcome="rewritten"}`)).toBe(2);
+      expect(await metric(adminPort, `redis_lock_proxy_blocks_total${seen}`)).toBe(4);
+
+      // 4. Verify through the address Stalwart uses.
+      const verified = await runCli(['verify', '--via', `127.0.0.1:${port}`, '--stalwart', '0.16.3']);
+      expect(verified.stdout).toMatch(/^verify: OK: 2 rule\(s\) enforce the fix/);
+
+      // A setting that needs a restart is named, and the running value stays.
+      writeFileSync(config, settings('enforce', `127.0.0.1:${await freePort()}`));
+      cli.kill('SIGHUP');
+      expect(await nextLog(cli, 'settings changed that apply only when the proxy is restarted; the running values stay', 0)).toMatchObject({
+        level: 40,
+        settings: ['listen'],
+      });
+      expect(await exchange(port, cmd('PING'), 1)).toBe('+PONG\r\n');
+
+      // A configuration that does not read keeps everything in force, naming the file and the key.
+      writeFileSync(config, settings('enforce') + 'hold-ms: ten\n');
+      const refusedBefore = count(cli, 'configuration reload refused; the settings and rules in force stay');
+      cli.kill('SIGHUP');
+      const refused = await nextLog(cli, 'configuration reload refused; the settings and rules in force stay', refusedBefore);
+      expect(refused.err).toBe(`config file ${config}, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"`);
+      const still = lockAttempt(taskLockKey(3n), 60);
+      expect(await exchange(port, Buffer.concat([still, still]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+    } finally {
+      cli.kill('SIGTERM');
+      await cli.stop();
+    }
+  });
+});
+
+describe('shutdown when standard output is a closed pipe (`... | head -1`)', () => {
+  /** The proxy with stdout a pipe whose reader goes away after the first line, as `| head -1` does. */
+  async function startHeadOne(extra: string[]): Promise<{ child: ChildProcess; port: number; exited: Promise<number | null> }> {
+    const port = await freePort();
+    const child = spawn(
+      process.execPath,
+      [CLI, '--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off', ...extra],
+      { cwd: ROOT, env: cleanEnv(), stdio: ['ignore', 'pipe', 'ignore'] },
+    );
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const stdout = child.stdout as Readable;
+    await new Promise<void>((resolve, reject) => {
+      let text = '';
+      stdout.on('data', (chunk: Buffer) => {
+        text += chunk.toString();
+        if (text.includes('"redis-lock-proxy listening"')) resolve();
+      });
+      void exited.then(() => reject(new Error(`exited before listening: ${text}`)));
+    });
+    stdout.destroy(); // the reader is gone: the proxy's next line meets EPIPE
+    return { child, port, exited };
+  }
+
+  /** Resolves with the exit code, or with 'running' if the process is still there after `ms`. */
+  const within = (exited: Promise<number | null>, ms: number) =>
+    Promise.race([exited, new Promise<'running'>((resolve) => setTimeout(() => resolve('running'), ms))]);
+
+  it('exits on SIGTERM', async () => {
+    const { child, exited } = await startHeadOne(['--shutdown-timeout-ms', '1000']);
+    try {
+      child.kill('SIGTERM');
+      expect(await within(exited, 8000)).toBe(0);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
+  it('closes a busy connection at --shutdown-timeout-ms and exits', async () => {
+    const { child, port, exited } = await startHeadOne(['--shutdown-timeout-ms', '500']);
+    const blocked = await RawClient.connect(port);
+    try {
+      blocked.write(cmd('BLPOP', 'signals:never', '0'));
+      await new Promise((r) => setTimeout(r, 100));
+      child.kill('SIGTERM');
+      expect(await within(exited, 8000)).toBe(0);
+      await blocked.readUntilClosed(2000);
+    } finally {
+      child.kill('SIGKILL');
+      await blocked.close();
+    }
+  });
+
+  it('exits at once on a second signal', async () => {
+    const { child, port, exited } = await startHeadOne(['--shutdown-timeout-ms', '30000']);
+    const blocked = await RawClient.connect(port);
+    try {
+      blocked.write(cmd('BLPOP', 'signals:never', '0'));
+      await new Promise((r) => setTimeout(r, 100));
+      child.kill('SIGTERM');
+      expect(await within(exited, 500)).toBe('running'); // waiting for the busy connection
+      child.kill('SIGINT');
+      expect(await within(exited, 5000)).toBe(1);
+    } finally {
+      child.kill('SIGKILL');
+      await blocked.close();
     }
   });
 });

@@ -220,6 +220,10 @@ describe('running', () => {
       );
       const warning = await cli.waitForLog('upstream unreachable');
       expect(warning).toMatchObject({ level: 40, upstream: `redis://:***@127.0.0.1:${deadPort}` });
+      // Said once at start too, before any client comes: the upstream named, and the error.
+      const atStart = await cli.waitForLog('upstream does not answer; running anyway (clients get an error naming it until it does)');
+      expect(atStart).toMatchObject({ level: 40, upstream: `redis://:***@127.0.0.1:${deadPort}` });
+      expect(String(atStart.err)).toContain('ECONNREFUSED');
       expect(cli.stdout).not.toContain(':pw@');
     } finally {
       cli.kill('SIGTERM');
@@ -265,6 +269,26 @@ describe('config file', () => {
     const exit2 = await runCli(['--config', wrong]);
     expect(exit2.code).toBe(2);
     expect(exit2.stderr).toContain('setting "watch-rules" must be true or false');
+    // A value of the right YAML type that the setting refuses names the file and the key too.
+    const ten = writeTmp('ten.yaml', 'hold-ms: ten\n');
+    const exit3 = await runCli(['--config', ten]);
+    expect(exit3.code).toBe(2);
+    expect(exit3.stderr).toBe(
+      `redis-lock-proxy: config file ${ten}, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"\n`,
+    );
+    const mode = writeTmp('mode.yaml', 'mode: enforcing\n');
+    expect((await runCli(['--config', mode])).stderr).toBe(
+      `redis-lock-proxy: config file ${mode}, setting "mode": mode must be enforce or observe, got "enforcing"\n`,
+    );
+  });
+
+  it('a wrong value in a variable names the variable', async () => {
+    const exit = await runCli([], { REDIS_LOCK_PROXY_HOLD_MS: 'ten' });
+    expect(exit.code).toBe(2);
+    expect(exit.stderr).toBe('redis-lock-proxy: REDIS_LOCK_PROXY_HOLD_MS: hold-ms must be an integer from 1 to 60000, got "ten"\n');
+    const listen = await runCli([], { REDIS_LOCK_PROXY_LISTEN: 'localhost' });
+    expect(listen.code).toBe(2);
+    expect(listen.stderr).toMatch(/^redis-lock-proxy: REDIS_LOCK_PROXY_LISTEN: listen address "localhost" is not HOST:PORT/);
   });
 });
 
@@ -305,7 +329,9 @@ describe('startup failures', () => {
     const missing = path.join(tmp, 'nope.yaml');
     const exit = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url], { REDIS_LOCK_PROXY_RULES: missing });
     expect(exit.code).toBe(2);
-    expect(exit.stderr).toBe(`redis-lock-proxy: ${missing}: does not exist\n`);
+    expect(exit.stderr).toBe(
+      `redis-lock-proxy: ${missing}: does not exist (a path of the rules setting: --rules, REDIS_LOCK_PROXY_RULES or rules in the config file)\n`,
+    );
   });
 
   it('a bad upstream URL: exit 2 with a clear message', async () => {
@@ -337,6 +363,17 @@ describe('startup failures', () => {
     expect(exit.code).toBe(2);
   });
 
+  it('an unknown command: exit 2, listing the commands', async () => {
+    const exit = await runCli(['lock']);
+    expect(exit).toMatchObject({
+      code: 2,
+      stdout: '',
+      stderr:
+        'redis-lock-proxy: unknown command "lock": the commands are verify (prove the fix through a running proxy) and ' +
+        'locks (list and release lock keys); without a command it runs the proxy (see --help)\n',
+    });
+  });
+
   it('bad flags: exit 2, pointing at --help', async () => {
     const unknown = await runCli(['--upsteam', 'redis://h']);
     expect(unknown.code).toBe(2);
@@ -349,6 +386,30 @@ describe('startup failures', () => {
     expect(listen.stderr).toContain('HOST:PORT');
   });
 
+  it('an upstream that is the proxy itself: exit 2, saying so', async () => {
+    const port = await freePort();
+    for (const [listen, upstream] of [
+      [`127.0.0.1:${port}`, `redis://127.0.0.1:${port}`],
+      [`127.0.0.1:${port}`, `redis://localhost:${port}/2`],
+      [`0.0.0.0:${port}`, `redis://127.0.0.1:${port}`],
+    ]) {
+      const exit = await runCli(['--listen', listen, '--upstream', upstream]);
+      expect(exit.code, upstream).toBe(2);
+      expect(exit.stderr).toBe(
+        `redis-lock-proxy: upstream ${upstream} is the proxy's own listen address ${listen}: ` +
+          'every connection would come back through the proxy; point upstream at Redis\n',
+      );
+    }
+    // The same port on another address is another server.
+    const other = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', `redis://127.0.0.2:${port}`], cleanEnv());
+    try {
+      await other.waitForLog('redis-lock-proxy listening');
+    } finally {
+      other.kill('SIGTERM');
+      await other.stop();
+    }
+  });
+
   it('a listen address in use: exits non-zero, naming the address', async () => {
     const blocker = net.createServer();
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
@@ -359,6 +420,7 @@ describe('startup failures', () => {
       expect(exit.code).not.toBeNull(); // exited by itself, not killed by the timeout
       expect(exit.stderr).toContain('EADDRINUSE');
       expect(exit.stderr).toContain(`127.0.0.1:${port}`);
+      expect(exit.stderr).toMatch(/choose another --listen\)\n$/); // which setting to change
     } finally {
       await new Promise((resolve) => blocker.close(resolve));
     }

@@ -1,14 +1,16 @@
 /**
  * On a host, as the README's systemd steps do it: `npm pack`, then `npm install -g` of the
  * tarball (here into a throwaway prefix). The installed command runs from any directory, finds
- * its shipped rules, proxies and verifies; and `systemd-analyze verify` accepts the example
- * unit with its ExecStart pointing at that installed command.
+ * its shipped rules, proxies, tells systemd it is ready (NOTIFY_SOCKET) and verifies; and
+ * `systemd-analyze verify` accepts the example unit with its ExecStart pointing at that
+ * installed command.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { createSocket } from 'unix-dgram';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cli, cleanEnv, ensureBuilt, ROOT, runCli, VERSION } from '../support/cli.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
@@ -52,11 +54,20 @@ describe('the command installed from the tarball', () => {
     expect(config.stdout).toContain(`rules:\n  - ${rulesDir}\n`);
   });
 
-  it('proxies, proves the fix with verify, and stops on SIGTERM as its own process', async () => {
+  it('proxies, tells systemd it is ready, proves the fix with verify, and stops on SIGTERM as its own process', async () => {
     const port = await freePort();
-    const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', redis.url], cleanEnv(), installed);
+    // As systemd runs it (Type=notify): the installed command's own unix-dgram sends READY=1.
+    const notified: string[] = [];
+    const notify = createSocket('unix_dgram', (message: Buffer) => notified.push(message.toString()));
+    notify.bind(path.join(tmp, 'notify.sock'));
+    const cli = new Cli(
+      ['--listen', `127.0.0.1:${port}`, '--upstream', redis.url],
+      cleanEnv({ NOTIFY_SOCKET: path.join(tmp, 'notify.sock') }),
+      installed,
+    );
     try {
       const ready = await cli.waitForLog('redis-lock-proxy listening');
+      await expect.poll(() => notified, { timeout: 10_000 }).toContainEqual(expect.stringMatching(/^READY=1\n/));
       expect(ready.pid).toBe(cli.pid); // no wrapper process between the service manager and the proxy
       expect(ready.enforce).toBe(19);
       const verify = await runCli(['verify', '--via', `127.0.0.1:${port}`, '--stalwart', '0.15.3'], {}, 10_000, installed);
@@ -65,6 +76,7 @@ describe('the command installed from the tarball', () => {
       expect((await cli.exited).code).toBe(0);
     } finally {
       await cli.stop();
+      notify.close();
     }
   });
 });
@@ -81,6 +93,8 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
     // What the README promises of it.
     for (const line of [
       'Before=stalwart.service stalwart-mail.service',
+      'Type=notify', // Stalwart, ordered after it, starts once the proxy listens and Redis answers
+      'RestartPreventExitStatus=2', // a configuration error is not retried every 2 s
       'ExecReload=/bin/kill -HUP $MAINPID',
       'Restart=on-failure',
       'NoNewPrivileges=yes',

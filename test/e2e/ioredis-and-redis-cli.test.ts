@@ -10,7 +10,8 @@ import { spawn } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
-import { lockAttempt } from '../support/stalwart.js';
+import { cmd, RawClient } from '../support/resp.js';
+import { attemptReplies, lockAttempt } from '../support/stalwart.js';
 
 const env = redisAndProxy();
 /** The ioredis clients a test opened and has not quit yet. */
@@ -247,6 +248,29 @@ describe('redis-cli', () => {
     expect(await second(env.proxy.port)).toEqual(direct);
     expect(env.proxy.stats.blocksRewritten).toBe(rewrittenBefore);
     expect(env.proxy.stats.releases.get('hold-timeout')).toBe(releasedBefore + 1);
+    // A person typing: the MULTI alone timed out, before any frame named a lock key. Nothing to alert on.
+    expect(env.proxy.stats.byRule.get('test-lock')?.holdTimeouts ?? 0).toBe(0);
+  });
+
+  it('a lock block whose sender stalls mid-block: sent as it came (re-armed, as directly), and counted for its rule', async () => {
+    const stalled = async (port: number) => {
+      await adminCall('FLUSHALL');
+      await adminCall('SET', 'lock:stall', '1', 'PX', '5000');
+      const client = await RawClient.connect(port);
+      try {
+        client.write(Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:stall', '1')]));
+        await new Promise((resolve) => setTimeout(resolve, 300)); // far beyond --hold-ms (10)
+        client.write(Buffer.concat([cmd('EXPIRE', 'lock:stall', '60'), cmd('EXEC')]));
+        return { replies: (await client.readReplies(4)).toString('latin1'), rearmed: (await pttl('lock:stall')) > 5000 };
+      } finally {
+        await client.close();
+      }
+    };
+    const direct = await stalled(env.redis.port);
+    expect(direct).toEqual({ replies: attemptReplies(2, 1), rearmed: true });
+    const before = env.proxy.stats.byRule.get('test-lock')?.holdTimeouts ?? 0;
+    expect(await stalled(env.proxy.port)).toEqual(direct);
+    expect(env.proxy.stats.byRule.get('test-lock')?.holdTimeouts).toBe(before + 1);
   });
 
   it('lock block in one write (--pipe): rewritten, counter 2 and the short expiry kept', async () => {

@@ -4,10 +4,17 @@
  * - lock attempts are counted per rule in both shapes, the old block (MULTI/INCRBY/EXPIRE/EXEC)
  *   and the fixed one (SET key value NX EX n, Stalwart 0.16.16+), in /metrics;
  * - the periodic report says whether old-shape attempts came in its period;
+ * - `verify`'s own blocks (the Kubernetes example's readiness probe) count apart, so that the
+ *   "safe to remove" signal reads the application's attempts only;
  * - the abandoned-lock scan exports, per rule, the lock keys, the abandoned-looking ones and
  *   those without an expiry, with its work bounded per run.
  */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run as verify } from '../../src/ops/verify.js';
+import { ROOT } from '../support/cli.js';
+import { runOp } from '../support/ops.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
@@ -64,6 +71,52 @@ describe('lock attempts by shape', () => {
       .poll(() => report(/^no old-shape lock attempt/).length > 0, { message: 'a report of no old-shape attempt', timeout: 3000 })
       .toBe(true);
     expect(report(/^no old-shape lock attempt/).at(-1)).toMatchObject({ oldShape: 0, periodMs: 400 });
+  });
+});
+
+describe("verify's own checks", () => {
+  /** The verify probe the Kubernetes example suggests, as its command line (after `redis-lock-proxy verify`). */
+  function exampleProbe(): string[] {
+    const text = readFileSync(path.join(ROOT, 'examples/kubernetes/stalwart-with-proxy.yaml'), 'utf8');
+    const command = /exec: \{ command: (\[.*\]) \}/.exec(text)?.[1];
+    expect(command, 'the example names a verify probe').toBeDefined();
+    const argv = JSON.parse(command as string) as string[];
+    expect(argv.slice(0, 2)).toEqual(['redis-lock-proxy', 'verify']);
+    return argv.slice(2);
+  }
+
+  it('do not count as lock attempts: the example probe leaves the "safe to remove" signal alone', async () => {
+    const proxy = await startTestProxy({ upstream: env.redis.url, admin: true, flags: ['--lock-attempt-report-ms', '300'] });
+    try {
+      const reports = () => proxy.logs().filter((l) => typeof l.msg === 'string' && /old-shape lock attempt/.test(l.msg));
+      const before = reports().length;
+      const probe = exampleProbe().map((arg) => (arg === '127.0.0.1:6380' ? `127.0.0.1:${proxy.port}` : arg));
+      for (let run = 0; run < 3; run++) {
+        const result = await runOp(verify, probe);
+        expect(result.stderr).toBe('');
+        expect(result.stdout).toMatch(/^verify: OK: 2 rule\(s\) enforce the fix/);
+      }
+      // Two report periods after the probes: every period that held them has been reported.
+      const after = reports().length;
+      await expect.poll(() => reports().length, { timeout: 5000 }).toBeGreaterThanOrEqual(after + 2);
+      for (const report of reports().slice(before))
+        expect(report).toMatchObject({ msg: 'no old-shape lock attempt (MULTI/INCRBY/EXPIRE/EXEC) seen' });
+
+      const text = await proxy.metrics();
+      expect(sample(text, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}') ?? 0).toBe(0);
+      expect(sample(text, 'redis_lock_proxy_blocks_total{rule="stalwart-task-lock",outcome="seen"}') ?? 0).toBe(0);
+      // Counted apart: three probes, two attempts per rule each, all rewritten.
+      expect(sample(text, 'redis_lock_proxy_verify_blocks_total{rule="stalwart-task-lock",outcome="seen"}')).toBe(6);
+      expect(sample(text, 'redis_lock_proxy_verify_blocks_total{rule="stalwart-queue-lock",outcome="rewritten"}')).toBe(6);
+
+      // The application's own attempt still counts.
+      expect(await exchange(proxy.port, lockAttempt(taskLockKey(8n), 60), 4)).toBe(attemptReplies(1, 1));
+      const app = await proxy.metrics();
+      expect(sample(app, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}')).toBe(1);
+      await expect.poll(() => reports().some((l) => /^old-shape lock attempts/.test(String(l.msg))), { timeout: 5000 }).toBe(true);
+    } finally {
+      await proxy.close();
+    }
   });
 });
 

@@ -79,8 +79,9 @@ describe('verify --stalwart VERSION', () => {
     expect(same.code).toBe(0);
   });
 
-  it('says plainly when the release does not have the bug, without connecting', async () => {
+  it('says plainly when the release does not have the bug, touching nothing, once the address answers', async () => {
     const closed = await freePort();
+    const via = `127.0.0.1:${proxy016.port}`;
     for (const [version, reason] of [
       [
         '0.16.16',
@@ -92,11 +93,12 @@ describe('verify --stalwart VERSION', () => {
       ],
       ['0.8.0', 'Stalwart 0.8.0 is not affected: releases before 0.8.1 take no lock with INCRBY + EXPIRE in Redis'],
     ]) {
-      expect(await runOp(verify, ['--via', `127.0.0.1:${closed}`, '--stalwart', version])).toEqual({
+      expect(await runOp(verify, ['--via', via, '--stalwart', version])).toEqual({
         code: 0,
-        stdout: `verify: OK: ${reason}; nothing to verify\n`,
+        stdout: `verify: OK: ${reason}; nothing to verify (${via} answers)\n`,
         stderr: '',
       });
+      expect(await runOp(verify, ['--via', `127.0.0.1:${closed}`, '--stalwart', version])).toMatchObject({ code: 1 });
     }
     const vague = await runOp(verify, ['--via', `127.0.0.1:${closed}`, '--stalwart', '0.15']);
     expect(vague.code).toBe(2);

@@ -27,7 +27,8 @@ export async function ensureBuilt(): Promise<void> {
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(process.env)) {
-    if (!name.startsWith('REDIS_LOCK_PROXY_') && !name.startsWith('npm_')) env[name] = value;
+    // NOTIFY_SOCKET too: a test run inside a systemd service must not report readiness for it.
+    if (!name.startsWith('REDIS_LOCK_PROXY_') && !name.startsWith('npm_') && name !== 'NOTIFY_SOCKET') env[name] = value;
   }
   // The admin server is on by default on one fixed port: parallel CLI processes would fight over it.
   return { ...env, REDIS_LOCK_PROXY_ADMIN_LISTEN: 'off', ...extra };
