@@ -105,20 +105,19 @@ export class ReplyScanner {
         }
 
         case State.Line: {
-          const cr = buf.indexOf(0x0d, pos);
+          // Lines are short: a loop beats indexOf's call into C++.
           if (this.kind === LineKind.Simple) {
-            if (cr === -1) return end;
-            pos = cr + 1;
+            while (pos < end && buf[pos] !== 0x0d) pos++;
           } else {
-            const stop = cr === -1 ? end : cr;
-            for (; pos < stop; pos++) {
+            for (; pos < end; pos++) {
               const byte = buf[pos];
+              if (byte === 0x0d) break;
               if (byte === 0x2d) this.negative = true;
               else this.number = this.number * 10 + (byte - 0x30);
             }
-            if (cr === -1) return end;
-            pos++;
           }
+          if (pos === end) return end;
+          pos++;
           this.state = State.LineLf;
           break;
         }

@@ -171,6 +171,8 @@ export class RequestScanner {
   private inToken = false;
   /** A NUL was seen on this inline line: Redis reads no further. */
   private inlineCut = false;
+  /** Where the line read by shortLine() ends. */
+  private lineEnd = 0;
 
   /** True when the scanner is between frames. */
   get atFrameBoundary(): boolean {
@@ -240,6 +242,15 @@ export class RequestScanner {
         case State.FrameStart:
           this.startFrame(pos);
           if (buf[pos] === 0x2a /* * */) {
+            const count = this.shortLine(buf, pos + 1, end);
+            if (count > 0) {
+              // The usual frame head, read at once.
+              pos = this.lineEnd;
+              this.argc = count;
+              this.argIndex = 0;
+              this.state = State.Dollar;
+              break;
+            }
             this.state = State.CountLine;
             this.line.reset();
             pos++;
@@ -276,12 +287,20 @@ export class RequestScanner {
           break;
         }
 
-        case State.Dollar:
+        case State.Dollar: {
           if (buf[pos] !== 0x24 /* $ */) return this.fail(pos, `expected '$', got '${String.fromCharCode(buf[pos])}'`);
+          const length = this.shortLine(buf, pos + 1, end);
+          if (length > 0) {
+            pos = this.lineEnd;
+            this.startBody(length);
+            if (this.event !== 0) return pos;
+            break;
+          }
           pos++;
           this.line.reset();
           this.state = State.BulkLine;
           break;
+        }
 
         case State.BulkLf: {
           pos++;
@@ -294,6 +313,21 @@ export class RequestScanner {
         }
 
         case State.Body: {
+          if (end - pos >= this.bodyLeft + 2) {
+            // The rest of the body and its CRLF are here: read at once.
+            const target = this.captureTarget;
+            if (target !== null) {
+              for (let i = 0; i < this.bodyLeft; i++) target[this.captured + i] = buf[pos + i];
+              this.captured += this.bodyLeft;
+            }
+            pos += this.bodyLeft + 2;
+            this.bodyLeft = 0;
+            this.finishArgument();
+            if (this.argIndex === this.argc) return this.finishFrame(pos, this.headReported ? END : HEAD | END);
+            this.state = State.Dollar;
+            if (this.event !== 0) return pos;
+            break;
+          }
           const n = Math.min(this.bodyLeft, end - pos);
           if (this.captureTarget !== null) {
             // Captures are a few bytes: a plain loop beats Buffer#copy's call overhead.
@@ -337,6 +371,26 @@ export class RequestScanner {
       }
     }
     return pos;
+  }
+
+  /**
+   * The number on a `*` or `$` line whose digits start at `pos`, when it is short and whole in
+   * `buf`: 1 to 9 digits, the first not 0, then CR and the byte after it (which Redis skips
+   * unchecked). `lineEnd` is then the offset after the line. Otherwise -1, and the line is read
+   * byte by byte (NumberLine, with all of string2ll's rules).
+   */
+  private shortLine(buf: Buffer, pos: number, end: number): number {
+    let value = 0;
+    let i = pos;
+    const last = Math.min(end - 1, pos + 9); // room for the CR's next byte
+    for (; i < last; i++) {
+      const d = buf[i] - 0x30;
+      if (d < 0 || d > 9) break;
+      value = value * 10 + d;
+    }
+    if (i === pos || i >= last || buf[i] !== 0x0d || buf[pos] === 0x30) return -1;
+    this.lineEnd = i + 2;
+    return value;
   }
 
   private startFrame(pos: number): void {
