@@ -225,6 +225,34 @@ export class RequestScanner {
     return true;
   }
 
+  /**
+   * Reads the whole frame at `pos` at once, the scanner being between frames, when it is a
+   * multibulk all in `buf` whose lines are short (shortLine) and whose arguments are not empty:
+   * sets `cmd` and `argc` (nothing else is captured) and returns the offset after the frame,
+   * the scanner still between frames. Otherwise returns -1 and changes nothing: next() reads it.
+   * For the frames the proxy only counts, which are most of them.
+   */
+  wholeFrame(buf: Buffer, pos: number): number {
+    const end = buf.length;
+    if (buf[pos] !== 0x2a /* * */) return -1;
+    const argc = this.shortLine(buf, pos + 1, end);
+    if (argc <= 0) return -1;
+    pos = this.lineEnd;
+    let cmd: Cmd = Cmd.Other;
+    for (let i = 0; i < argc; i++) {
+      if (pos >= end || buf[pos] !== 0x24 /* $ */) return -1;
+      const length = this.shortLine(buf, pos + 1, end);
+      if (length <= 0) return -1;
+      const body = this.lineEnd;
+      pos = body + length + 2; // the two bytes after a body are skipped unchecked, as Redis does
+      if (pos > end) return -1;
+      if (i === 0) cmd = classifyCommand(buf, body, length);
+    }
+    this.cmd = cmd;
+    this.argc = argc;
+    return pos;
+  }
+
   /** Call before scanning a new chunk. */
   newChunk(): void {
     this.frameStart = -1;
