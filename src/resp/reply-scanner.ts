@@ -83,14 +83,22 @@ export class ReplyScanner {
     const end = buf.length;
     while (pos < end) {
       if (this.need === 0 && !this.trackErrors) {
-        // Between frames: a whole simple reply or bulk string, the usual case, is taken at once.
-        const after = this.wholeReply(buf, pos, end);
-        if (after > 0) {
-          this.frameStart = pos;
-          this.isPush = false;
+        // Between frames: whole simple replies and bulk strings, the usual case, are taken at once.
+        let replies = this.replies;
+        let start = pos;
+        for (;;) {
+          const after = this.wholeReply(buf, pos, end);
+          if (after < 0) break;
+          start = pos;
           pos = after;
-          this.replies++;
-          if (stopAtAnyFrame || this.replies === maxReplies) return pos;
+          replies++;
+          if (stopAtAnyFrame || replies === maxReplies || pos === end) break;
+        }
+        if (replies !== this.replies) {
+          this.replies = replies;
+          this.frameStart = start;
+          this.isPush = false;
+          if (stopAtAnyFrame || replies === maxReplies) return pos;
           continue;
         }
       }

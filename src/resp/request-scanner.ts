@@ -235,18 +235,37 @@ export class RequestScanner {
   wholeFrame(buf: Buffer, pos: number): number {
     const end = buf.length;
     if (buf[pos] !== 0x2a /* * */) return -1;
-    const argc = this.shortLine(buf, pos + 1, end);
-    if (argc <= 0) return -1;
-    pos = this.lineEnd;
+    // The lines are read here rather than with shortLine(): this runs for most frames.
+    let i = pos + 1;
+    let argc = 0;
+    let digit = i < end ? buf[i] - 0x30 : -1;
+    if (digit < 1 || digit > 9) return -1;
+    const countEnd = Math.min(end, i + 9);
+    do {
+      argc = argc * 10 + digit;
+      i++;
+      digit = i < countEnd ? buf[i] - 0x30 : -1;
+    } while (digit >= 0 && digit <= 9);
+    if (i + 1 >= end || buf[i] !== 0x0d) return -1;
+    pos = i + 2;
     let cmd: Cmd = Cmd.Other;
-    for (let i = 0; i < argc; i++) {
+    for (let arg = 0; arg < argc; arg++) {
       if (pos >= end || buf[pos] !== 0x24 /* $ */) return -1;
-      const length = this.shortLine(buf, pos + 1, end);
-      if (length <= 0) return -1;
-      const body = this.lineEnd;
+      i = pos + 1;
+      let length = 0;
+      digit = i < end ? buf[i] - 0x30 : -1;
+      if (digit < 1 || digit > 9) return -1;
+      const lengthEnd = Math.min(end, i + 9);
+      do {
+        length = length * 10 + digit;
+        i++;
+        digit = i < lengthEnd ? buf[i] - 0x30 : -1;
+      } while (digit >= 0 && digit <= 9);
+      if (i + 1 >= end || buf[i] !== 0x0d) return -1;
+      const body = i + 2;
       pos = body + length + 2; // the two bytes after a body are skipped unchecked, as Redis does
       if (pos > end) return -1;
-      if (i === 0) cmd = classifyCommand(buf, body, length);
+      if (arg === 0) cmd = classifyCommand(buf, body, length);
     }
     this.cmd = cmd;
     this.argc = argc;
