@@ -1,7 +1,7 @@
 /**
  * RequestFlow takes the frames that are whole in a chunk and that it only has to count (any
  * command it does not classify, a lone INCR/INCRBY/EXPIRE/PEXPIRE, a SET of other than six
- * arguments) at once, with RequestScanner.wholeFrame and TransactionState.forwarded, instead of
+ * arguments) at once, with WholeFrameReader and TransactionState.forwarded, instead of
  * event by event. Fed one byte at a time no frame is ever whole in a chunk, so every frame goes
  * the event way: both must send Redis the same bytes, expect the same replies and count the same.
  */
@@ -9,7 +9,8 @@ import fc from 'fast-check';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { Cmd } from '../src/resp/commands.js';
-import { RequestScanner } from '../src/resp/request-scanner.js';
+import type { RequestScanner } from '../src/resp/request-scanner.js';
+import { WholeFrameReader } from '../src/resp/whole-frame.js';
 import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
 import type { ProxyContext } from '../src/session/context.js';
 import { ReplyStream, type ReplyStreamPort } from '../src/session/reply-stream.js';
@@ -136,31 +137,49 @@ describe('RequestFlow: whole frames taken at once', () => {
     );
   });
 
-  it('takes the whole frames it only counts, and leaves every other frame to the scanner', () => {
-    const scanner = new RequestScanner();
+  it('reads whole frames, and leaves every other frame to the scanner', () => {
+    const whole = new WholeFrameReader();
     const frames = Buffer.concat([cmd('GET', 'k'), cmd('MULTI'), cmd('SET', 'k', 'v')]);
     const afterGet = cmd('GET', 'k').length;
-    expect(scanner.wholeFrame(frames, 0)).toBe(afterGet);
-    expect([scanner.cmd, scanner.argc]).toEqual([Cmd.Other, 2]);
-    expect(scanner.atFrameBoundary).toBe(true);
+    expect(whole.read(frames, 0)).toBe(afterGet);
+    expect([whole.cmd, whole.argc]).toEqual([Cmd.Other, 2]);
     // MULTI is whole too; the flow hands it to the scanner's events because it is classified.
-    expect(scanner.wholeFrame(frames, afterGet)).toBe(afterGet + cmd('MULTI').length);
-    expect(scanner.cmd).toBe(Cmd.Multi);
-    // Not whole in the chunk, an empty argument, an inline command: left to next().
-    expect(scanner.wholeFrame(frames.subarray(0, afterGet - 1), 0)).toBe(-1);
-    expect(scanner.wholeFrame(cmd('GET', ''), 0)).toBe(-1);
-    expect(scanner.wholeFrame(Buffer.from('GET k\r\n'), 0)).toBe(-1);
-    // Lines Redis would refuse are left to next(), which reports them.
-    expect(scanner.wholeFrame(Buffer.from('*01\r\n$3\r\nGET\r\n'), 0)).toBe(-1);
-    expect(scanner.wholeFrame(Buffer.from('*1\r\n$+3\r\nGET\r\n'), 0)).toBe(-1);
+    expect(whole.read(frames, afterGet)).toBe(afterGet + cmd('MULTI').length);
+    expect(whole.cmd).toBe(Cmd.Multi);
+    // Not whole in the chunk, an empty argument, an inline command: left to the scanner.
+    expect(whole.read(frames.subarray(0, afterGet - 1), 0)).toBe(-1);
+    expect(whole.read(cmd('GET', ''), 0)).toBe(-1);
+    expect(whole.read(Buffer.from('GET k\r\n'), 0)).toBe(-1);
+    // Lines Redis would refuse, or that need its every rule, are left to the scanner, which reports them.
+    expect(whole.read(Buffer.from('*01\r\n$3\r\nGET\r\n'), 0)).toBe(-1);
+    expect(whole.read(Buffer.from('*1\r\n$+3\r\nGET\r\n'), 0)).toBe(-1);
+    expect(whole.read(Buffer.from('*1\r\n$-1\r\n'), 0)).toBe(-1);
+    expect(whole.read(Buffer.from('*1234567890\r\n'), 0)).toBe(-1);
   });
 
-  it('reads the same command and arity as the scanner events do', () => {
+  it('reads the same command, arity and end as the scanner, on random frames', () => {
+    const names = ['GET', 'set', 'MULTI', 'exec', 'INCRBY', 'Expire', 'PEXPIRE', 'CLIENT', 'SUBSCRIBE', 'QUIT', 'RESET', 'ASKING', 'X'];
+    fc.assert(
+      fc.property(fc.constantFrom(...names), fc.array(fc.uint8Array({ maxLength: 30 }), { maxLength: 12 }), fc.nat(), (name, args, cut) => {
+        const frame = cmd(name, ...args.map((arg) => Buffer.from(arg)));
+        const chunk = frame.subarray(0, cut % (frame.length + 1));
+        const whole = new WholeFrameReader();
+        const after = whole.read(chunk, 0);
+        if (chunk.length < frame.length || args.some((arg) => arg.length === 0)) expect(after).toBe(-1);
+        if (after < 0) return;
+        const scanner = frameHeads(frame).next().value as { scanner: RequestScanner };
+        expect([whole.cmd, whole.argc, after]).toEqual([scanner.scanner.cmd, scanner.scanner.argc, frame.length]);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('reads the same command and arity as the scanner does', () => {
     for (const frame of FRAMES) {
-      const scanner = new RequestScanner();
-      if (scanner.wholeFrame(frame, 0) < 0) continue;
+      const whole = new WholeFrameReader();
+      if (whole.read(frame, 0) < 0) continue;
       const head = frameHeads(frame).next().value as { scanner: RequestScanner };
-      expect([scanner.cmd, scanner.argc]).toEqual([head.scanner.cmd, head.scanner.argc]);
+      expect([whole.cmd, whole.argc]).toEqual([head.scanner.cmd, head.scanner.argc]);
     }
   });
 });

@@ -20,6 +20,7 @@
  * The scanner is resumable at any byte: TCP may split a frame anywhere.
  */
 import { argsNeeded, classifyCommand, Cmd, MAX_CLASSIFIED_NAME } from './commands.js';
+import { isPrefixOfNumber, NumberLine } from './number-line.js';
 
 /** Redis's PROTO_INLINE_MAX_SIZE: longest inline request or count line it accepts. */
 export const MAX_LINE = 64 * 1024;
@@ -55,67 +56,6 @@ const enum State {
   Body,
   BodyCrlf,
   Inline,
-}
-
-/** Incremental parser for the decimal number on a `*` or `$` line, with string2ll's rules. */
-class NumberLine {
-  value = 0;
-  digits = 0;
-  negative = false;
-  valid = true;
-  length = 0;
-  /** The digits as text once the number grows past 15 digits, for the exact int64 range check. */
-  private long = '';
-
-  reset(): void {
-    this.value = 0;
-    this.digits = 0;
-    this.negative = false;
-    this.valid = true;
-    this.length = 0;
-    this.long = '';
-  }
-
-  push(byte: number): void {
-    this.length++;
-    if (byte === 0x2d /* - */ && this.length === 1) {
-      this.negative = true;
-      return;
-    }
-    const d = byte - 0x30;
-    if (d < 0 || d > 9) {
-      this.valid = false;
-      return;
-    }
-    // string2ll refuses leading zeros, except for "0" itself.
-    if (this.digits === 1 && this.value === 0) this.valid = false;
-    if (this.digits === 0 && d === 0 && this.negative) this.valid = false;
-    this.digits++;
-    this.value = this.value * 10 + d;
-    if (this.digits > 15) this.long = this.digits === 16 ? String(Math.floor(this.value / 10)) + String(d) : this.long + String(d);
-  }
-
-  /**
-   * The parsed value, or undefined when Redis would refuse the line. Values
-   * beyond 2^53 in magnitude are approximate (only their sign and size matter).
-   */
-  result(): number | undefined {
-    if (!this.valid || this.digits === 0 || this.digits > 19) return undefined;
-    if (this.digits === 19 && BigInt(this.long) > (this.negative ? 2n ** 63n : 2n ** 63n - 1n)) return undefined;
-    return this.negative ? -this.value : this.value;
-  }
-}
-
-/** Whether the digits read so far on a count line can still spell `n` (a positive integer). */
-function isPrefixOfNumber(line: NumberLine, n: number): boolean {
-  if (line.length === 0) return true;
-  if (line.negative || !line.valid) return false;
-  // A valid line has no leading zero, so its value has exactly `digits` digits: compare it with
-  // n's first `digits` digits (arithmetic, not strings: this runs at the end of chunks).
-  const limit = 10 ** line.digits;
-  let prefix = n;
-  while (prefix >= limit) prefix = Math.floor(prefix / 10);
-  return prefix === line.value;
 }
 
 export class RequestScanner {
@@ -223,53 +163,6 @@ export class RequestScanner {
       if ((this.name[i] & 0xdf) !== name[i]) return false;
     }
     return true;
-  }
-
-  /**
-   * Reads the whole frame at `pos` at once, the scanner being between frames, when it is a
-   * multibulk all in `buf` whose lines are short (shortLine) and whose arguments are not empty:
-   * sets `cmd` and `argc` (nothing else is captured) and returns the offset after the frame,
-   * the scanner still between frames. Otherwise returns -1 and changes nothing: next() reads it.
-   * For the frames the proxy only counts, which are most of them.
-   */
-  wholeFrame(buf: Buffer, pos: number): number {
-    const end = buf.length;
-    if (buf[pos] !== 0x2a /* * */) return -1;
-    // The lines are read here rather than with shortLine(): this runs for most frames.
-    let i = pos + 1;
-    let argc = 0;
-    let digit = i < end ? buf[i] - 0x30 : -1;
-    if (digit < 1 || digit > 9) return -1;
-    const countEnd = Math.min(end, i + 9);
-    do {
-      argc = argc * 10 + digit;
-      i++;
-      digit = i < countEnd ? buf[i] - 0x30 : -1;
-    } while (digit >= 0 && digit <= 9);
-    if (i + 1 >= end || buf[i] !== 0x0d) return -1;
-    pos = i + 2;
-    let cmd: Cmd = Cmd.Other;
-    for (let arg = 0; arg < argc; arg++) {
-      if (pos >= end || buf[pos] !== 0x24 /* $ */) return -1;
-      i = pos + 1;
-      let length = 0;
-      digit = i < end ? buf[i] - 0x30 : -1;
-      if (digit < 1 || digit > 9) return -1;
-      const lengthEnd = Math.min(end, i + 9);
-      do {
-        length = length * 10 + digit;
-        i++;
-        digit = i < lengthEnd ? buf[i] - 0x30 : -1;
-      } while (digit >= 0 && digit <= 9);
-      if (i + 1 >= end || buf[i] !== 0x0d) return -1;
-      const body = i + 2;
-      pos = body + length + 2; // the two bytes after a body are skipped unchecked, as Redis does
-      if (pos > end) return -1;
-      if (arg === 0) cmd = classifyCommand(buf, body, length);
-    }
-    this.cmd = cmd;
-    this.argc = argc;
-    return pos;
   }
 
   /** Call before scanning a new chunk. */

@@ -16,6 +16,7 @@ import { countFixedShape } from '../lock/fixed-shape.js';
 import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
 import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
+import { WholeFrameReader } from '../resp/whole-frame.js';
 import { setupCommands } from '../upstream/target.js';
 import { countedApart, namesVerifyConnection } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
@@ -68,6 +69,7 @@ function onlyCounted(cmd: Cmd, argc: number): boolean {
 
 export class RequestFlow implements LockBlockPort {
   private readonly scanner = new RequestScanner();
+  private readonly whole = new WholeFrameReader();
   private readonly tx = new TransactionState();
   private readonly blocks: LockBlocks;
   /** Bytes are forwarded without being interpreted (a plain pipe). */
@@ -228,16 +230,17 @@ export class RequestFlow implements LockBlockPort {
   }
 
   /**
-   * The frames from `pos` that are whole in the chunk and only counted (onlyCounted) are taken
-   * at once: their replies are expected, and their bytes go upstream with the rest of the chunk.
-   * Returns where the next frame begins; the scanner reads that one.
+   * The frames from `pos` (the scanner between frames) that are whole in the chunk and only
+   * counted (onlyCounted) are taken at once: their replies are expected, and their bytes go
+   * upstream with the rest of the chunk. Returns where the next frame begins; the scanner reads
+   * that one.
    */
   private countWholeFrames(chunk: Buffer, pos: number): number {
-    const scanner = this.scanner;
+    const whole = this.whole;
     let frames = 0;
     while (pos < chunk.length) {
-      const after = scanner.wholeFrame(chunk, pos);
-      if (after < 0 || !onlyCounted(scanner.cmd, scanner.argc)) break;
+      const after = whole.read(chunk, pos);
+      if (after < 0 || !onlyCounted(whole.cmd, whole.argc)) break;
       frames++;
       pos = after;
     }

@@ -448,7 +448,10 @@ async function runRounds(tools: Tools, setup: Setup, profile: Profile, results: 
         const [r, cpu] = await withCpu(hop, requestsOf(profile, p, false) * TESTS.length, run);
         record(results.passThrough[p], target.name, r);
         record(results.cpu[p], target.name, cpu);
-        log(`${tag}   CPU of ${target.name}: ${cpu.user.toFixed(2)} µs user, ${cpu.system.toFixed(2)} µs system per request`);
+        const us = (v: number): string => v.toFixed(v < 1 ? 3 : 2);
+        log(
+          `${tag}   CPU of ${target.name}: ${us(cpu.user)} µs user, ${us(cpu.system)} µs system per request (${cpu.seconds.toFixed(1)} s of CPU)`,
+        );
       }
     }
     for (const p of PIPELINES) {
