@@ -81,7 +81,7 @@ export class UpstreamConnector {
     const socket = tls.connect(tlsOptions);
     socket.setNoDelay(true);
     socket.setKeepAlive(true);
-    return { socket, readyEvent: 'secureConnect', address, host };
+    return { socket, readyEvent: 'secureConnect', address, host, readsShared: false }; // a TLSSocket takes no onread
   }
 }
 
