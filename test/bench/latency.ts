@@ -6,7 +6,12 @@
  * (direct, proxy, haproxy, nutcracker, direct, ...) with only one request in
  * flight at any time: a hiccup of the machine then lands on every target
  * alike instead of on whichever target happened to be measured at the time,
- * which matters for p99 on a small shared machine.
+ * which matters for p99 on a small shared machine. Each step starts one
+ * target further (step 1: proxy, haproxy, ..., direct), so that every target
+ * follows every other one equally often: a round trip right after one to
+ * Redis itself, say, reads several µs slower at p50 on a 2-core machine (the
+ * same build in two slots differed by that much), and no target may always
+ * sit in that slot.
  *
  * Requests alternate PING and GET of a small value (stored by the warm-up
  * SET), each sent from the previous reply's handler as a client library
@@ -82,7 +87,9 @@ async function measure(options: LatencyOptions): Promise<LatencyResults> {
 
   return new Promise<LatencyResults>((resolve, reject) => {
     let step = -1;
-    let current = 0;
+    /** Position in the current step: the target is (step + k) mod n. */
+    let k = 0;
+    let current = sockets.length - 1; // (step + k) mod n for step -1
     let t0 = 0n;
     const send = (): void => {
       t0 = process.hrtime.bigint();
@@ -103,9 +110,13 @@ async function measure(options: LatencyOptions): Promise<LatencyResults> {
         const t1 = process.hrtime.bigint();
         if (i !== current) return reject(new Error(`a reply from ${targets[i].name} nobody asked for`));
         if (step >= warmup) samples[i][step - warmup] = Number(t1 - t0) / 1_000;
-        current = (current + 1) % sockets.length;
-        if (current === 0) step++;
+        k++;
+        if (k === sockets.length) {
+          k = 0;
+          step++;
+        }
         if (step === steps) return finish();
+        current = (((step + k) % sockets.length) + sockets.length) % sockets.length;
         send();
       });
       socket.on('error', reject);
