@@ -152,16 +152,7 @@ export async function startSpareNode(opts: { portBelow?: number } = {}): Promise
     args: (port, dir) => nodeArgs(port, dir, {}),
     maxLogChars: MAX_LOG_CHARS,
   });
-  const node: SpareNode = { port: server.port, host: server.host, id: '', logs: server.logs, stop: server.stop };
-  processOf.set(node, server);
-  accessOf.set(node, {});
-  try {
-    node.id = String(await command(node, 'CLUSTER', 'MYID'));
-  } catch (err) {
-    await server.stop();
-    throw err;
-  }
-  return node;
+  return registered({ port: server.port, host: server.host, id: '', logs: server.logs, stop: server.stop }, server, {});
 }
 
 // ---------------------------------------------------------------------------
@@ -176,7 +167,11 @@ async function startNode(usedPorts: Set<number>, opts: StartClusterOptions, acce
     args: (port, dir) => nodeArgs(port, dir, opts),
     maxLogChars: MAX_LOG_CHARS,
   });
-  const node: ClusterNode = { port: server.port, host: server.host, id: '', logs: server.logs };
+  return registered({ port: server.port, host: server.host, id: '', logs: server.logs }, server, access);
+}
+
+/** A node just started: its process and access remembered, its id asked (the process is stopped if it does not answer). */
+async function registered<T extends ClusterNode>(node: T, server: ServerProcess, access: ServerAccess): Promise<T> {
   processOf.set(node, server);
   accessOf.set(node, access);
   try {
