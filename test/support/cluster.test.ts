@@ -6,7 +6,9 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { slotOf, startCluster, type ClusterNode, type TestCluster } from './cluster.js';
 
-describe('startCluster', () => {
+// Cluster nodes are local redis-server processes only (they announce addresses this process
+// must reach): skipped against a REDIS_TEST_IMAGE container.
+describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('startCluster', () => {
   let cluster: TestCluster;
   beforeAll(async () => {
     cluster = await startCluster();
@@ -124,7 +126,7 @@ describe('startCluster', () => {
   });
 });
 
-describe('startCluster with an announced hostname', () => {
+describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('startCluster with an announced hostname', () => {
   let cluster: TestCluster;
   beforeAll(async () => {
     cluster = await startCluster({ announceHostname: 'localhost', preferredEndpointType: 'hostname' });
