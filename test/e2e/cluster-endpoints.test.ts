@@ -34,9 +34,7 @@ async function misdirected(cluster: TestCluster) {
   }
 }
 
-// Cluster nodes are local redis-server processes only (they announce addresses this process
-// must reach): skipped against a REDIS_TEST_IMAGE container.
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster-preferred-endpoint-type hostname', () => {
+describe('cluster-preferred-endpoint-type hostname', () => {
   const f = clusterFixture({ announceHostname: 'localhost', preferredEndpointType: 'hostname' }, 'localhost');
 
   it('replaces the host name in -MOVED, CLUSTER SLOTS and NODES with the announce host and listener ports', async () => {
@@ -72,7 +70,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster-preferred-e
   });
 });
 
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster-preferred-endpoint-type unknown-endpoint', () => {
+describe('cluster-preferred-endpoint-type unknown-endpoint', () => {
   const f = clusterFixture({ preferredEndpointType: 'unknown-endpoint' });
 
   it('keeps the empty host in -MOVED and the null host in CLUSTER SLOTS, with listener ports', async () => {

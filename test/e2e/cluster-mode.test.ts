@@ -29,10 +29,7 @@ import { run as locks } from '../../src/ops/locks.js';
 let cluster: TestCluster;
 let proxy: ClusterTestProxy;
 
-// Cluster nodes are local redis-server processes only (they announce addresses this process
-// must reach): skipped against a REDIS_TEST_IMAGE container.
 beforeAll(async () => {
-  if (process.env.REDIS_TEST_IMAGE !== undefined) return;
   cluster = await startCluster();
   proxy = await startClusterTestProxy({ upstream: `redis://127.0.0.1:${cluster.nodes[0].port}`, refreshMs: 300 });
 }, 90_000);
@@ -101,7 +98,7 @@ async function handOver(slot: number, from: { port: number; id: string }, to: { 
   for (const node of await cluster.masters()) await send(node.port, 'CLUSTER', 'SETSLOT', String(slot), 'NODE', to.id);
 }
 
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: what clients learn', () => {
+describe('cluster mode: what clients learn', () => {
   it('listens for every node, masters and replicas', () => {
     const nodes = proxy.cluster.nodes();
     expect(nodes.map((n) => n.address).sort()).toEqual(cluster.nodes.map((n) => `127.0.0.1:${n.port}`).sort());
@@ -239,7 +236,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: what 
   });
 });
 
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: lock blocks', () => {
+describe('cluster mode: lock blocks', () => {
   it("fixes Stalwart's block on a key of every master", () => expectLockFixedOnEveryMaster(cluster, proxy));
 
   it('answers a block sent to the wrong node exactly as Redis does, addresses rewritten', async () => {
@@ -278,7 +275,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: lock 
   });
 });
 
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: lock keys on every master', () => {
+describe('cluster mode: lock keys on every master', () => {
   /** One lock key on each master, taken through the proxy; the second master's looks abandoned. */
   async function lockOnEveryMaster(base: number): Promise<Array<{ master: ClusterNode; key: Buffer }>> {
     const placed = [];
@@ -347,7 +344,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: lock 
   });
 });
 
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: slot migration', () => {
+describe('cluster mode: slot migration', () => {
   it('gives -ASK and -MOVED through proxy addresses, and a block after ASKING runs on the importing node', async () => {
     const [source, target] = await cluster.masters();
     const key = await keyOn(cluster, source, (n) => `lock:{mig-a}${n}`);
@@ -433,7 +430,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: slot 
   });
 });
 
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: the command line', () => {
+describe('cluster mode: the command line', () => {
   beforeAll(ensureBuilt, 60_000);
 
   it('starts from seed URLs (a dead one first), listens per node from the base port or the port map, and exposes cluster metrics', async () => {
@@ -539,7 +536,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: the c
   });
 });
 
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('cluster mode: topology changes', () => {
+describe('cluster mode: topology changes', () => {
   it('follows a failover: the old master redirects to the new one through the proxy', async () => {
     const client = await newClusterClient();
     try {

@@ -570,44 +570,40 @@ describe('locks', () => {
     expect(stats).not.toContain('cmdstat_keys:');
   });
 
-  // A container cannot create a unix socket on this host: local redis-server only.
-  it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)(
-    'connects as the proxy would: password, database and unix socket from the URL',
-    async () => {
-      const socketDir = mkdtempSync(path.join(os.tmpdir(), 'rlp-sock-'));
-      const socket = path.join(socketDir, 'redis.sock');
-      const secured = await startRedis({ password: 'p@ss/word', args: ['--unixsocket', socket, '--unixsocketperm', '700'] });
-      try {
-        const setup = new Redis({ port: secured.port, host: '127.0.0.1', password: 'p@ss/word', db: 3, lazyConnect: true });
-        await setup.connect();
-        await setup.incrby(task1234, 1);
-        await setup.expire(task1234, 3600);
-        setup.disconnect();
+  it('connects as the proxy would: password, database and unix socket from the URL', async () => {
+    const socketDir = mkdtempSync(path.join(os.tmpdir(), 'rlp-sock-'));
+    const socket = path.join(socketDir, 'redis.sock');
+    const secured = await startRedis({ password: 'p@ss/word', args: ['--unixsocket', socket, '--unixsocketperm', '700'] });
+    try {
+      const setup = new Redis({ port: secured.port, host: '127.0.0.1', password: 'p@ss/word', db: 3, lazyConnect: true });
+      await setup.connect();
+      await setup.incrby(task1234, 1);
+      await setup.expire(task1234, 3600);
+      setup.disconnect();
 
-        for (const url of [
-          `redis://:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
-          `redis://default:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
-          `unix://${socket}?db=3&password=${encodeURIComponent('p@ss/word')}`,
-        ]) {
-          const result = await runOp(locks, ['--upstream', url, '--rules', STALWART_RULES]);
-          expect(result.stderr, url).toBe('');
-          expect(result.stdout, url).toContain('task 1234');
-        }
-        // The upstream URL also comes from the environment, as for the proxy.
-        const fromEnv = await runOp(locks, ['--rules', STALWART_RULES], {
-          REDIS_LOCK_PROXY_UPSTREAM: `redis://:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
-        });
-        expect(fromEnv.stdout).toContain('task 1234');
-
-        const noAuth = await runOp(locks, ['--upstream', `redis://127.0.0.1:${secured.port}/3`, '--rules', STALWART_RULES]);
-        expect(noAuth.code).toBe(1);
-        expect(noAuth.stderr).toMatch(/NOAUTH/);
-      } finally {
-        await secured.stop();
-        rmSync(socketDir, { recursive: true, force: true });
+      for (const url of [
+        `redis://:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
+        `redis://default:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
+        `unix://${socket}?db=3&password=${encodeURIComponent('p@ss/word')}`,
+      ]) {
+        const result = await runOp(locks, ['--upstream', url, '--rules', STALWART_RULES]);
+        expect(result.stderr, url).toBe('');
+        expect(result.stdout, url).toContain('task 1234');
       }
-    },
-  );
+      // The upstream URL also comes from the environment, as for the proxy.
+      const fromEnv = await runOp(locks, ['--rules', STALWART_RULES], {
+        REDIS_LOCK_PROXY_UPSTREAM: `redis://:${encodeURIComponent('p@ss/word')}@127.0.0.1:${secured.port}/3`,
+      });
+      expect(fromEnv.stdout).toContain('task 1234');
+
+      const noAuth = await runOp(locks, ['--upstream', `redis://127.0.0.1:${secured.port}/3`, '--rules', STALWART_RULES]);
+      expect(noAuth.code).toBe(1);
+      expect(noAuth.stderr).toMatch(/NOAUTH/);
+    } finally {
+      await secured.stop();
+      rmSync(socketDir, { recursive: true, force: true });
+    }
+  });
 
   it('exits 1 with one line when Redis is unreachable, and 2 for bad options', async () => {
     const port = await freePort();

@@ -6,9 +6,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { slotOf, startCluster, type ClusterNode, type TestCluster } from './cluster.js';
 
-// Cluster nodes are local redis-server processes only (they announce addresses this process
-// must reach): skipped against a REDIS_TEST_IMAGE container.
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('startCluster', () => {
+describe('startCluster', () => {
   let cluster: TestCluster;
   beforeAll(async () => {
     cluster = await startCluster();
@@ -126,7 +124,7 @@ describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('startCluster', () =
   });
 });
 
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('startCluster with an announced hostname', () => {
+describe('startCluster with an announced hostname', () => {
   let cluster: TestCluster;
   beforeAll(async () => {
     cluster = await startCluster({ announceHostname: 'localhost', preferredEndpointType: 'hostname' });
