@@ -294,24 +294,20 @@ describe('when the script cannot run', () => {
     expect(warnings.length).toBe(1);
   });
 
-  // A replica must reach its master at 127.0.0.1: local processes only, not containers.
-  it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)(
-    'passes queue-time errors through as Redis gives them (READONLY replica)',
-    async () => {
-      const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(env.redis.port)] });
-      const replicaProxy = await startTestProxy({ upstream: replica.url });
-      try {
-        const key = taskLockKey(5n);
-        const direct = await exchange(replica.port, lockAttempt(key, 3600), 4);
-        const proxied = await exchange(replicaProxy.port, lockAttempt(key, 3600), 4);
-        expect(direct).toMatch(/^\+OK\r\n-READONLY /);
-        expect(proxied).toBe(direct);
-      } finally {
-        await replicaProxy.close();
-        await replica.stop();
-      }
-    },
-  );
+  it('passes queue-time errors through as Redis gives them (READONLY replica)', async () => {
+    const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(env.redis.port)] });
+    const replicaProxy = await startTestProxy({ upstream: replica.url });
+    try {
+      const key = taskLockKey(5n);
+      const direct = await exchange(replica.port, lockAttempt(key, 3600), 4);
+      const proxied = await exchange(replicaProxy.port, lockAttempt(key, 3600), 4);
+      expect(direct).toMatch(/^\+OK\r\n-READONLY /);
+      expect(proxied).toBe(direct);
+    } finally {
+      await replicaProxy.close();
+      await replica.stop();
+    }
+  });
 });
 
 describe('with --lock-pipelining', () => {

@@ -64,7 +64,7 @@ async function decide(): Promise<ContainerPlan> {
 /**
  * The suite's server tests: the test files that start a Redis (they import one
  * of the server helpers of test/support/). Against a server image they run
- * with REDIS_TEST_IMAGE set; what needs local processes skips there.
+ * with REDIS_TEST_IMAGE set, which makes every server they start a container.
  */
 export function serverTestFiles(): string[] {
   const starts = /from '(?:\.\.?\/)+(?:support\/)?(?:redis|redis-and-proxy|cluster|sentinel)\.js'/;
