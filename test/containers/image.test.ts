@@ -85,6 +85,13 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
     }
   }
 
+  /**
+   * The HEALTHCHECK passes, at the latest after a few tries: its command (a Node process) must
+   * start and answer within the check's own timeout, which a busy machine can miss now and then.
+   */
+  const expectHealthy = (container: Container) =>
+    vi.waitFor(async () => expect(await container.healthcheck()).toBe(true), { timeout: 60_000, interval: 1000 });
+
   let keys = 0;
   /** A task lock key no other test uses. */
   const freshTaskKey = () => taskLockKey(BigInt(Date.now()) * 1000n + BigInt(keys++));
@@ -158,7 +165,7 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
   });
 
   it('passes its HEALTHCHECK while the proxy answers, and fails it when the proxy does not', async () => {
-    expect(await proxy.container.healthcheck()).toBe(true);
+    await expectHealthy(proxy.container);
     // A stopped (hung) process: the check's request goes unanswered until its timeout.
     await proxy.container.kill('SIGSTOP');
     try {
@@ -166,7 +173,7 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
     } finally {
       await proxy.container.kill('SIGCONT');
     }
-    expect(await proxy.container.healthcheck()).toBe(true);
+    await expectHealthy(proxy.container);
   });
 
   it('keeps the HEALTHCHECK the Dockerfile declares', async () => {
@@ -257,7 +264,7 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
     expect((await httpGet(`http://127.0.0.1:${observing.admin}/metrics`)).body).toMatch(
       /^redis_lock_proxy_blocks_total\{rule="stalwart-task-lock",outcome="observed"\} [1-9]/m,
     );
-    expect(await observing.container.healthcheck()).toBe(true);
+    await expectHealthy(observing.container);
 
     // Moved by the flag instead, the admin address is not where the HEALTHCHECK looks (as the README warns).
     const flagged = await startProxy({ ports: [RESP_PORT, 9191], args: ['--admin-listen', '0.0.0.0:9191'] });
@@ -272,11 +279,12 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
     });
     containers.push(quiet);
     await quiet.waitForLog(/redis-lock-proxy listening/);
-    expect(await quiet.healthcheck()).toBe(true);
+    await expectHealthy(quiet);
   });
 
   it('runs verify and locks inside the container', async () => {
-    const verify = await proxy.container.exec(['redis-lock-proxy', 'verify', '--via', `127.0.0.1:${RESP_PORT}`]);
+    // A generous --timeout-ms: the machine may be busy.
+    const verify = await proxy.container.exec(['redis-lock-proxy', 'verify', '--via', `127.0.0.1:${RESP_PORT}`, '--timeout-ms', '60000']);
     expect(verify, verify.stderr).toMatchObject({ code: 0 });
     expect(verify.stdout).toMatch(/^verify: OK: \d+ rule\(s\) enforce the fix through 127\.0\.0\.1:6380/);
 
