@@ -7,7 +7,7 @@ import { expect, inject, it } from 'vitest';
 
 const setup = inject('containers');
 
-it(`a container engine runs the container tests (${setup.engine ?? setup.skip})`, (ctx) => {
+it(`a container engine runs the container tests${setup.engine ? ` (${setup.engine})` : ''}`, (ctx) => {
   if (setup.skip !== undefined) ctx.skip(setup.skip);
   expect(setup.engine, 'CONTAINER_TESTS=required').toMatch(/^(podman|docker) /);
 });

@@ -86,6 +86,7 @@ export function serverImageReference(spec: ServerImageSpec): string {
 export function serverImage(spec: ServerImageSpec): Promise<string> {
   const reference = serverImageReference(spec);
   return once(reference, async () => {
+    await engine(); // without one, say so rather than try to build
     if (await imageExists(reference)) return found(spec.name, reference);
     return timed(spec.name, reference, async () => {
       await importRootfs(reference, spec.suite, {
@@ -143,6 +144,7 @@ export function publicServerImage(reference: string): Promise<string> {
 
 function publicImage(reference: string, makeStandIn: () => Promise<void>): Promise<string> {
   return once(reference, async () => {
+    await engine(); // without one, say so rather than try to pull and build
     if (await imageExists(qualified(reference))) return found(reference, reference);
     const pulled = await engineExec(['pull', qualified(reference)], { timeoutMs: 300_000 }).catch((err: Error) => err);
     if (!(pulled instanceof Error)) return found(reference, `${reference} (pulled)`);
