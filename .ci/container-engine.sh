@@ -10,7 +10,7 @@
 #   stop_container_engine         # the API service it started
 #
 # After start_container_engine the environment has CONTAINERS_CONF,
-# DOCKER_HOST, TESTCONTAINERS_RYUK_DISABLED and TESTCONTAINERS_HOST_OVERRIDE.
+# DOCKER_HOST and TESTCONTAINERS_RYUK_DISABLED.
 
 CONTAINER_CACHE=${CONTAINER_CACHE:-/var/cache/redis-lock-proxy-ci}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -100,9 +100,6 @@ start_container_engine() {
   # testcontainers' reaper (Ryuk) is an image on Docker Hub, which is not reachable; the tests
   # remove their own containers.
   export TESTCONTAINERS_RYUK_DISABLED=true
-  # testcontainers sees /.dockerenv on this machine, takes itself for a container and would
-  # look for published ports on the bridge's gateway.
-  export TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
   echo "container engine: $(podman version --format 'podman {{.Client.Version}}'), Docker API at $DOCKER_HOST"
 }
 
