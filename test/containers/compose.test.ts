@@ -48,15 +48,15 @@ const composeMissing = 'reason' in compose && process.env.CONTAINER_TESTS !== 'r
 
 describe.skipIf(setup.skip !== undefined || composeMissing !== undefined)('the Compose example', () => {
   const project = uniqueName('compose');
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'rlp-compose-'));
-  const override = path.join(dir, 'stalwart-stand-in.yaml');
+  let dir: string;
+  const override = () => path.join(dir, 'stalwart-stand-in.yaml');
   let builtImageName: string;
 
   /** Runs Compose on the example and the override, as project `project`. */
   function run(args: string[], timeoutMs = 300_000) {
     if ('reason' in compose) throw new Error(compose.reason);
     const [command, ...prefix] = compose.command;
-    return exec(command, [...prefix, '--project-name', project, '--file', COMPOSE_FILE, '--file', override, ...args], { timeoutMs });
+    return exec(command, [...prefix, '--project-name', project, '--file', COMPOSE_FILE, '--file', override(), ...args], { timeoutMs });
   }
 
   const container = (service: string) => new Container(`${project}-${service}-1`);
@@ -93,6 +93,7 @@ describe.skipIf(setup.skip !== undefined || composeMissing !== undefined)('the C
   const pttlOf = (replies: string[]) => Number(/^:(-?\d+)\r\n$/.exec(replies[9])?.[1]);
 
   beforeAll(async () => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'rlp-compose-'));
     const proxy = await proxyImage();
     await publicServerImage(composeFile.services.redis.image ?? '');
     // Compose names a built service's image <project>-<service>.
@@ -105,7 +106,7 @@ describe.skipIf(setup.skip !== undefined || composeMissing !== undefined)('the C
     // JSON is YAML; `$$` is Compose's escape for a literal `$`.
     const json = (value: unknown) => JSON.stringify(value).replaceAll('$', '$$$$');
     writeFileSync(
-      override,
+      override(),
       [
         'services:',
         '  stalwart:',
@@ -121,7 +122,7 @@ describe.skipIf(setup.skip !== undefined || composeMissing !== undefined)('the C
   afterAll(async () => {
     await run(['down', '--volumes', '--remove-orphans']).catch(() => undefined);
     if (builtImageName) await engineExec(['rmi', builtImageName]).catch(() => undefined);
-    rmSync(dir, { recursive: true, force: true });
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   it('runs the proxy in Stalwart’s network namespace, observing (rollout step 1): the lock pipeline gets Redis’s own replies', async () => {

@@ -25,7 +25,7 @@
  * The Secret, the ConfigMap's volume and the pod have the manifest's fixed
  * names, which podman keeps machine-wide: runs on one machine take turns.
  */
-import { readdirSync, readFileSync, rmSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
@@ -82,7 +82,7 @@ describe.skipIf(setup.skip !== undefined || podmanOnly !== undefined)('the Kuber
   let network: { name: string; remove(): Promise<void> };
   let redis: Container;
   let proxyReference: string;
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'rlp-kube-'));
+  let dir: string;
   const secretName = sidecar.env?.find((e) => e.name === 'REDIS_LOCK_PROXY_UPSTREAM')?.valueFrom?.secretKeyRef?.name ?? '';
   const configMapName = template.spec.volumes.find((v) => v.configMap)?.configMap?.name ?? '';
 
@@ -145,6 +145,7 @@ describe.skipIf(setup.skip !== undefined || podmanOnly !== undefined)('the Kuber
   const pttlOf = (replies: string[]) => Number(/^:(-?\d+)\r\n$/.exec(replies[9])?.[1]);
 
   beforeAll(async () => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'rlp-kube-'));
     release = await machineLock('redis-lock-proxy-kube-play');
     proxyReference = (await proxyImage()).reference;
     network = await createNetwork();
@@ -175,7 +176,7 @@ describe.skipIf(setup.skip !== undefined || podmanOnly !== undefined)('the Kuber
       await engineExec(['secret', 'rm', secretName]).catch(() => undefined);
       await redis?.remove();
       await network?.remove();
-      rmSync(dir, { recursive: true, force: true });
+      if (dir) rmSync(dir, { recursive: true, force: true });
     } finally {
       release?.();
     }
