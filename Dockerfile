@@ -1,6 +1,7 @@
 # redis-lock-proxy container image.
 #
 #   docker build -t redis-lock-proxy .
+#   (behind a TLS-inspecting proxy: --secret id=extra-ca,src=corporate-ca.pem)
 #   docker run --rm -p 6380:6380 -p 9180:9180 \
 #     -e REDIS_LOCK_PROXY_UPSTREAM=redis://redis.example:6379 redis-lock-proxy
 #
@@ -23,8 +24,14 @@ WORKDIR /app
 # Dependencies first, so this layer is reused while only sources change.
 # --ignore-scripts: `prepare` (the tsc build) cannot run before src/ is here;
 # the build runs explicitly below.
+# Behind a TLS-inspecting proxy, npm must trust the proxy's CA: give it as the
+# build secret "extra-ca" (`--secret id=extra-ca,src=corporate-ca.pem`). A secret
+# is mounted for this one RUN only and never stored in a layer; without it the
+# file is absent and npm trusts Node's own CAs.
 COPY package.json package-lock.json ./
-RUN npm ci --ignore-scripts --no-audit --no-fund
+RUN --mount=type=secret,id=extra-ca \
+    if [ -s /run/secrets/extra-ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/extra-ca; fi \
+    && npm ci --ignore-scripts --no-audit --no-fund
 
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
@@ -51,7 +58,10 @@ ENV NODE_ENV=production \
 WORKDIR /app
 
 # Production dependencies only. --ignore-scripts: `prepare` must not run here
-# (no tsc in this stage); no production dependency has an install script.
+# (no tsc in this stage). The one dependency with an install script, the
+# optional unix-dgram (systemd's readiness notification on a host), is not
+# built: nothing in a container sets NOTIFY_SOCKET, and the proxy loads it only
+# then.
 # Everything stays owned by root, so the unprivileged user below can read but
 # not change the application.
 # Also in this layer:
@@ -60,8 +70,11 @@ WORKDIR /app
 #   REDIS_LOCK_PROXY_RULES is unset;
 # - `redis-lock-proxy` on PATH, for `docker exec ... redis-lock-proxy locks`
 #   and exec probes (`redis-lock-proxy verify --via 127.0.0.1:6380`).
+# The extra CA as in the build stage: for this RUN only, never in the image.
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
+RUN --mount=type=secret,id=extra-ca \
+    if [ -s /run/secrets/extra-ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/extra-ca; fi \
+    && npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
     && npm cache clean --force \
     && rm -rf /root/.npm /tmp/* \
     && mkdir /app/rules && ln -s /etc/redis-lock-proxy/rules /app/rules/stalwart \

@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BlockMatcher, BlockStep } from '../src/lock/block-matcher.js';
 import { isRedisInteger, isRewritableExpiry } from '../src/lock/integers.js';
-import { encodeLockCall, LOCK_SCRIPT_SHA, translateScriptReply } from '../src/lock/script.js';
+import { encodeLockCall, LOCK_SCRIPT, LOCK_SCRIPT_SHA, translateScriptReply } from '../src/lock/script.js';
 import { RequestScanner } from '../src/resp/request-scanner.js';
 import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
 import { startRedis, type RedisServer } from './support/redis.js';
@@ -214,5 +214,54 @@ describe('the script call and its reply', () => {
     ]) {
       expect(translateScriptReply(Buffer.from(odd)).kind, odd).toBe('unknown');
     }
+  });
+});
+
+describe('the script before Redis 7.0 (its branch without redis.acl_check_cmd, run here with the check taken away)', () => {
+  const OLD_SERVER_SCRIPT = LOCK_SCRIPT.replace('local check = redis.acl_check_cmd', 'local check = nil');
+  let redis: RedisServer;
+  let admin: RawClient;
+  beforeAll(async () => {
+    redis = await startRedis();
+    admin = await RawClient.connect(redis.port);
+    await admin.call('ACL', 'SETUSER', 'noexpire', 'on', '>pw', '~*', '+@all', '-expire');
+    await admin.call('ACL', 'SETUSER', 'nopttl', 'on', '>pw', '~*', '+@all', '-pttl');
+  });
+  afterAll(async () => {
+    await admin?.close();
+    await redis?.stop();
+  });
+
+  /** Runs the old-server branch as `user` (default: the admin user) on lock:old; returns its reply. */
+  async function run(user?: string): Promise<string> {
+    const client = await RawClient.connect(redis.port);
+    try {
+      if (user !== undefined) expect(await client.call('AUTH', user, 'pw')).toBe('+OK\r\n');
+      return await client.call('EVAL', OLD_SERVER_SCRIPT, '1', 'lock:old', 'INCRBY', '1', 'EXPIRE', '60');
+    } finally {
+      await client.close();
+    }
+  }
+
+  it('applies the expiry when the increment creates the key or it has none, and leaves a held lock alone', async () => {
+    await admin.call('DEL', 'lock:old');
+    expect(await run()).toBe('*2\r\n:1\r\n:1\r\n');
+    await admin.call('PEXPIRE', 'lock:old', '5000');
+    expect(await run()).toBe('*2\r\n:2\r\n:0\r\n');
+    expect(Number(/:(\d+)/.exec(await admin.call('PTTL', 'lock:old'))?.[1])).toBeLessThanOrEqual(5000);
+    await admin.call('PERSIST', 'lock:old');
+    expect(await run()).toBe('*2\r\n:3\r\n:1\r\n'); // healed
+  });
+
+  it('takes a new lock back when its expiry is refused: an error, and no key', async () => {
+    await admin.call('DEL', 'lock:old');
+    expect(await run('noexpire')).toMatch(/^-/); // the ACL's refusal, in the server's words
+    expect(await admin.call('EXISTS', 'lock:old')).toBe(':0\r\n');
+  });
+
+  it('writes nothing when the expiry may not be read', async () => {
+    await admin.call('DEL', 'lock:old');
+    expect(await run('nopttl')).toMatch(/^-/);
+    expect(await admin.call('EXISTS', 'lock:old')).toBe(':0\r\n');
   });
 });

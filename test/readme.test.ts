@@ -20,6 +20,11 @@ const OTHER_FLAGS = new Set([
   'pipe',
   'name',
   'appendonly',
+  // docker/podman run and build in the container section
+  'read-only',
+  'read-only-tmpfs',
+  'format',
+  'secret',
   // npm, useradd and systemctl in the systemd steps
   'prefix',
   'system',

@@ -82,7 +82,7 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-describe.skipIf(Boolean(process.env.REDIS_TEST_IMAGE))('SentinelMonitor', () => {
+describe('SentinelMonitor', () => {
   let setup: SentinelSetup;
   const monitors: SentinelMonitor[] = [];
 

@@ -11,9 +11,11 @@
  *
  * 1. What Redis would refuse while queueing the block is refused before anything is written: on
  *    Redis 7.0+ `redis.acl_check_cmd` asks for MULTI, the increment, the expiry and EXEC as the
- *    connection's user; before 7.0 the expiry is read first (PTTL), so that a refused read
- *    writes nothing. (Before 7.0 a user refused MULTI, EXEC or EXPIRE cannot be told apart in
- *    advance: see the README.)
+ *    connection's user. Before 7.0 scripts cannot ask: the expiry is read first (PTTL), so that
+ *    a refused read writes nothing, and a lock the increment created but whose expiry is refused
+ *    is deleted again before the error is returned, so that no lock is ever left without its
+ *    expiry (Redis would have refused the whole block). A user refused MULTI or EXEC, or EXPIRE
+ *    on a key that exists, is not told apart there: see the README.
  * 2. The increment runs with pcall. An error of its execution (wrong type, not an integer,
  *    overflow) lands inside the array exactly where EXEC would put it; any other error (OOM,
  *    READONLY, ...) is one Redis raises before running a command, and is returned as it is.
@@ -62,6 +64,9 @@ if check then
   applied = redis.pcall(expire, key, ttl, 'NX')
 elseif before < 0 then
   applied = redis.pcall(expire, key, ttl)
+  if before == -2 and type(applied) == 'table' and type(redis.pcall('DEL', key)) == 'number' then
+    return applied
+  end
 end
 if type(n) == 'number' and (n >= 9007199254740992 or n <= -9007199254740992) then
   local exact = redis.pcall('GETEX', key)

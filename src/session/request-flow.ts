@@ -190,8 +190,8 @@ export class RequestFlow implements LockBlockPort {
         } else {
           this.flushPartial();
           this.forwardFrame();
-          this.quitting = scanner.cmd === Cmd.Quit && !this.piping;
         }
+        this.quitting = scanner.cmd === Cmd.Quit && !blocks.holding && !this.piping;
         if (scanner.cmd === Cmd.Reset && scanner.argc === 1 && (event & END) !== 0 && !blocks.holding && !this.piping) {
           // RESET logs the connection out and selects db 0: apply the URL's AUTH/SELECT again, after it.
           this.port.writeUpstream(chunk.subarray(from, pos));

@@ -213,6 +213,8 @@ function redisCli(args: string[], input = ''): Promise<CliResult> {
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString('latin1')));
     child.on('error', reject);
     child.on('close', (code) => resolve({ stdout, stderr, code }));
+    // Given its command as arguments, redis-cli may exit before reading stdin: EPIPE is no error here.
+    child.stdin.on('error', () => {});
     child.stdin.end(input);
   });
 }

@@ -98,6 +98,13 @@ describe('the last reply before Redis closes reaches the client, while the clien
     expect(await env.admin.call('EXISTS', 'after-quit')).toBe(':0\r\n');
   });
 
+  it('QUIT right after a MULTI the proxy was holding (it may have started a lock block)', async () => {
+    const request = Buffer.concat([cmd('MULTI'), cmd('QUIT')]);
+    const expected = await answerAlone(env.redis.port, request);
+    expect(expected).toBe('+OK\r\n+OK\r\n');
+    for (let i = 0; i < 5; i++) expect(await sendAndKeepWriting(proxyPort, request, FILLER, /\+OK\r\n\+OK/)).toBe(expected);
+  });
+
   it('the client limit: Redis’s refusal', async () => {
     const full = await startRedis({ args: ['--maxclients', '1'] });
     const holder = await RawClient.connect(full.port); // takes the only place

@@ -6,23 +6,14 @@
  * with one difference only, which is the fix: where the key already had an expiry, the proxy
  * leaves it alone and EXPIRE's flag in the reply says 0.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { describe, expect, it } from 'vitest';
+import { proxyPerLockWay } from '../support/lock-ways.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, exchange } from '../support/resp.js';
 import { lockAttempt, taskLockKey } from '../support/stalwart.js';
 
 const env = redisWithAdmin();
-const proxies: Record<'transaction' | 'script', TestProxy | undefined> = { transaction: undefined, script: undefined };
-
-beforeAll(async () => {
-  proxies.transaction = await startTestProxy({ upstream: env.redis.url, lockMethod: 'transaction' });
-  proxies.script = await startTestProxy({ upstream: env.redis.url, lockMethod: 'script' });
-});
-
-afterAll(async () => {
-  await Promise.all(Object.values(proxies).map((proxy) => proxy?.close()));
-});
+const proxies = proxyPerLockWay(() => env.redis.url);
 
 const key = taskLockKey(0x2an);
 const call = (...args: Array<string | Buffer>): Promise<string> => env.admin.call(...args);
@@ -65,8 +56,8 @@ async function run(port: number, scenario: Scenario): Promise<Outcome> {
 async function outcomes(scenario: Scenario): Promise<{ direct: Outcome; transaction: Outcome; script: Outcome }> {
   return {
     direct: await run(env.redis.port, scenario),
-    transaction: await run((proxies.transaction as TestProxy).port, scenario),
-    script: await run((proxies.script as TestProxy).port, scenario),
+    transaction: await run(proxies.transaction().port, scenario),
+    script: await run(proxies.script().port, scenario),
   };
 }
 
@@ -149,7 +140,7 @@ describe('a user Redis refuses a command of the block', () => {
     await call('ACL', 'SETUSER', 'lim', 'reset', 'on', '>pw', '~*', '&*', '+@all', '-getex', '-get');
     await call('FLUSHALL');
     await call('SET', key, '9007199254740991');
-    const proxy = proxies.script as TestProxy;
+    const proxy = proxies.script();
     const before = proxy.stats.blocksClosed;
     const { RawClient } = await import('../support/resp.js');
     const client = await RawClient.connect(proxy.port);

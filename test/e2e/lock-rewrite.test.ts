@@ -375,23 +375,19 @@ describe('a user Redis refuses a command of the block', () => {
     expect(await run(env.proxy.port)).toBe(direct);
   });
 
-  // A replica must reach its master at 127.0.0.1: local processes only, not containers.
-  it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)(
-    'passes queue-time errors through as Redis gives them (READONLY replica), both ways',
-    async () => {
-      const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(env.redis.port)] });
-      const proxies = await Promise.all(
-        (['transaction', 'script'] as const).map((lockMethod) => startTestProxy({ upstream: replica.url, lockMethod })),
-      );
-      try {
-        const key = taskLockKey(5n);
-        const direct = await exchange(replica.port, lockAttempt(key, 3600), 4);
-        expect(direct).toMatch(/^\+OK\r\n-READONLY /);
-        for (const proxy of proxies) expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(direct);
-      } finally {
-        await Promise.all(proxies.map((proxy) => proxy.close()));
-        await replica.stop();
-      }
-    },
-  );
+  it('passes queue-time errors through as Redis gives them (READONLY replica), both ways', async () => {
+    const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(env.redis.port)] });
+    const proxies = await Promise.all(
+      (['transaction', 'script'] as const).map((lockMethod) => startTestProxy({ upstream: replica.url, lockMethod })),
+    );
+    try {
+      const key = taskLockKey(5n);
+      const direct = await exchange(replica.port, lockAttempt(key, 3600), 4);
+      expect(direct).toMatch(/^\+OK\r\n-READONLY /);
+      for (const proxy of proxies) expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(direct);
+    } finally {
+      await Promise.all(proxies.map((proxy) => proxy.close()));
+      await replica.stop();
+    }
+  });
 });

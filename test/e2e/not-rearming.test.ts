@@ -6,22 +6,13 @@
  * they see nothing, where directly the re-armed expiry would have touched it.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { proxyPerLockWay } from '../support/lock-ways.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { lockAttempt } from '../support/stalwart.js';
 
 const env = redisWithAdmin();
-const proxies: Record<'transaction' | 'script', TestProxy | undefined> = { transaction: undefined, script: undefined };
-
-beforeAll(async () => {
-  proxies.transaction = await startTestProxy({ upstream: env.redis.url, lockMethod: 'transaction' });
-  proxies.script = await startTestProxy({ upstream: env.redis.url, lockMethod: 'script' });
-});
-
-afterAll(async () => {
-  await Promise.all(Object.values(proxies).map((proxy) => proxy?.close()));
-});
+const proxies = proxyPerLockWay(() => env.redis.url);
 
 const key = 'lock:seen'; // a key the test rules name
 const call = (...args: string[]): Promise<string> => env.admin.call(...args);
@@ -29,8 +20,8 @@ const call = (...args: string[]): Promise<string> => env.admin.call(...args);
 /** The targets: Redis itself, and each way through the proxy. */
 const TARGETS = [
   { name: 'directly', port: (): number => env.redis.port },
-  { name: 'transaction', port: (): number => (proxies.transaction as TestProxy).port },
-  { name: 'script', port: (): number => (proxies.script as TestProxy).port },
+  { name: 'transaction', port: (): number => proxies.transaction().port },
+  { name: 'script', port: (): number => proxies.script().port },
 ] as const;
 
 /** The keyspace events of `key` that one lock attempt through `port` causes. */

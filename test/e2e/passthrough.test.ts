@@ -19,16 +19,13 @@ import { freePort } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
-/** The unix socket needs the local binary: a container cannot create a socket on this host. */
-const LOCAL_REDIS = !process.env.REDIS_TEST_IMAGE;
-
-/** Redis listens on a unix socket here too (local binary only). */
+/** Redis listens on a unix socket here too. */
 const socketDir = mkdtempSync(path.join(os.tmpdir(), 'rlp-sock-'));
 const socketPath = path.join(socketDir, 'r.sock');
 // Registered first, so it runs last: after Redis has stopped.
 afterAll(() => rmSync(socketDir, { recursive: true, force: true }));
 
-const env = redisAndProxy({ redis: { args: LOCAL_REDIS ? ['--unixsocket', socketPath, '--unixsocketperm', '700'] : [] } });
+const env = redisAndProxy({ redis: { args: ['--unixsocket', socketPath, '--unixsocketperm', '700'] } });
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -778,7 +775,7 @@ describe('credentials and db in the upstream URL', () => {
 // Unix socket upstream
 // ---------------------------------------------------------------------------
 
-describe.skipIf(!LOCAL_REDIS)('unix socket upstream', () => {
+describe('unix socket upstream', () => {
   it('serves clients and rewrites lock blocks', async () => {
     const front = await startTestProxy({ upstream: `unix://${socketPath}` });
     try {

@@ -20,14 +20,14 @@ let setup: SentinelSetup | undefined;
 
 beforeAll(async () => {
   await ensureBuilt();
-  if (!process.env.REDIS_TEST_IMAGE) setup = await startSentinelSetup({ sentinels: 1 });
+  setup = await startSentinelSetup({ sentinels: 1 });
 }, 120_000);
 
 afterAll(async () => {
   await setup?.stop();
 });
 
-it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('the lock scan reads the master in the database the URL names', async () => {
+it('the lock scan reads the master in the database the URL names', async () => {
   const s = setup as SentinelSetup;
   const proxy = await startTestProxy({
     upstream: 'redis://ignored/3',
@@ -48,41 +48,37 @@ it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('the lock scan reads the m
   }
 });
 
-it.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)(
-  'follows a failover: old connections closed, new ones reach the new master',
-  async () => {
-    const s = setup as SentinelSetup;
-    const port = await freePort();
-    const cli = new Cli(
-      ['--listen', `127.0.0.1:${port}`, '--sentinel', `127.0.0.1:${s.sentinels[0].port}`, '--sentinel-master', s.masterName],
-      cleanEnv(),
-    );
-    try {
-      const ready = await cli.waitForLog('redis-lock-proxy listening');
-      expect(String(ready.upstream)).toContain(`master 127.0.0.1:${s.master.port}`);
+it('follows a failover: old connections closed, new ones reach the new master', async () => {
+  const s = setup as SentinelSetup;
+  const port = await freePort();
+  const cli = new Cli(
+    ['--listen', `127.0.0.1:${port}`, '--sentinel', `127.0.0.1:${s.sentinels[0].port}`, '--sentinel-master', s.masterName],
+    cleanEnv(),
+  );
+  try {
+    const ready = await cli.waitForLog('redis-lock-proxy listening');
+    expect(String(ready.upstream)).toContain(`master 127.0.0.1:${s.master.port}`);
 
-      const before = await RawClient.connect(port);
-      before.write(lockAttempt(KEY, 60));
-      expect((await before.readReplies(4)).toString()).toBe(attemptReplies(1, 1));
+    const before = await RawClient.connect(port);
+    before.write(lockAttempt(KEY, 60));
+    expect((await before.readReplies(4)).toString()).toBe(attemptReplies(1, 1));
 
-      // A replica just after its first sync streams only after its first ACK (up to 1 s): let it catch up,
-      // or the failover would legitimately lose the lock (replication is asynchronous).
-      for (let i = 0; i < 100 && (await query(s.replica.port, ['EXISTS', KEY])) === 0; i++) await new Promise((r) => setTimeout(r, 50));
-      await query(s.sentinels[0].port, ['SENTINEL', 'FAILOVER', s.masterName]);
-      const switched = await cli.waitForLog('master changed; closed the connections to the old master', 15_000);
-      expect(switched).toMatchObject({ from: `127.0.0.1:${s.master.port}`, to: `127.0.0.1:${s.replica.port}`, closed: 1 });
-      await before.readUntilClosed(2000);
+    // A replica just after its first sync streams only after its first ACK (up to 1 s): let it catch up,
+    // or the failover would legitimately lose the lock (replication is asynchronous).
+    for (let i = 0; i < 100 && (await query(s.replica.port, ['EXISTS', KEY])) === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    await query(s.sentinels[0].port, ['SENTINEL', 'FAILOVER', s.masterName]);
+    const switched = await cli.waitForLog('master changed; closed the connections to the old master', 15_000);
+    expect(switched).toMatchObject({ from: `127.0.0.1:${s.master.port}`, to: `127.0.0.1:${s.replica.port}`, closed: 1 });
+    await before.readUntilClosed(2000);
 
-      const after = await RawClient.connect(port);
-      after.write(Buffer.concat([lockAttempt(KEY, 60), cmd('ROLE')]));
-      const replies = (await after.readReplies(5)).toString();
-      expect(replies.slice(0, attemptReplies(2, 0).length)).toBe(attemptReplies(2, 0)); // the replicated lock, not re-armed
-      expect(replies).toContain('$6\r\nmaster\r\n'); // talking to the promoted replica
-      await after.close();
-    } finally {
-      cli.kill('SIGTERM');
-      await cli.stop();
-    }
-  },
-  60_000,
-);
+    const after = await RawClient.connect(port);
+    after.write(Buffer.concat([lockAttempt(KEY, 60), cmd('ROLE')]));
+    const replies = (await after.readReplies(5)).toString();
+    expect(replies.slice(0, attemptReplies(2, 0).length)).toBe(attemptReplies(2, 0)); // the replicated lock, not re-armed
+    expect(replies).toContain('$6\r\nmaster\r\n'); // talking to the promoted replica
+    await after.close();
+  } finally {
+    cli.kill('SIGTERM');
+    await cli.stop();
+  }
+}, 60_000);

@@ -53,8 +53,10 @@ async function ownerDies(
   observeMs: number,
 ): Promise<{ takenAfterMs?: number; pttl: number }> {
   const owner = await connect(port, db);
-  expect(await attempt(owner, key, leaseSeconds), describeKey(key)).toBe(attemptReplies(1, 1));
+  // Before the attempt is sent: the lease starts later (when Redis runs it), never earlier, so a
+  // slow reply cannot make the lock look free before its deadline.
   const takenAt = Date.now();
+  expect(await attempt(owner, key, leaseSeconds), describeKey(key)).toBe(attemptReplies(1, 1));
   owner.destroy();
   const contender = await connect(port, db);
   try {
@@ -99,14 +101,16 @@ describe('every lock kind of every line, owner gone', () => {
   const LEASE_SECONDS = 1;
   const RETRY_MS = 100;
 
-  it('is free at its deadline through the proxy: a contender takes it within 0.5 s after', async () => {
+  // Re-armed by the contenders (as directly), no lock would be free within the 3 s the test waits: the
+  // bound after the deadline is only how late a busy machine may be to notice.
+  it('is free at its deadline through the proxy: a contender takes it within 1.5 s after', async () => {
     const takenAfter = await Promise.all(
       LOCKS.map(async ({ key }, i) => (await ownerDies(env.proxy.port, 9 + (i % 6), key, LEASE_SECONDS, RETRY_MS, 3000)).takenAfterMs),
     );
     for (const [i, after] of takenAfter.entries()) {
       const { line, kind } = LOCKS[i];
       expect(after, `${line} ${kind.purpose}`).toBeGreaterThanOrEqual(LEASE_SECONDS * 1000 - 50);
-      expect(after, `${line} ${kind.purpose}`).toBeLessThanOrEqual(LEASE_SECONDS * 1000 + 500);
+      expect(after, `${line} ${kind.purpose}`).toBeLessThanOrEqual(LEASE_SECONDS * 1000 + 1500);
     }
   }, 20_000);
 });

@@ -47,8 +47,7 @@ function readBytes(socket: net.Socket, until: (text: string) => boolean, timeout
   });
 }
 
-// The certificates are files on this machine: local redis-server processes only, not containers.
-describe.skipIf(process.env.REDIS_TEST_IMAGE !== undefined)('TLS', () => {
+describe('TLS', () => {
   let certs: TestCertificates;
   let tlsRedis: RedisServer;
   let mtlsRedis: RedisServer;

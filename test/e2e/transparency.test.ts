@@ -11,7 +11,8 @@
  *
  * A failure prints the seed; `TRANSPARENCY_SEED=<n>` runs just that seed.
  */
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { cmd, RawClient, splitFrames } from '../support/resp.js';
 import { attemptReplies, queueLockKey, taskLockKey } from '../support/stalwart.js';
@@ -520,6 +521,14 @@ describe('random traffic: direct and through the proxy give the same bytes', () 
 });
 
 describe('inline commands', () => {
+  // Its own proxy with a generous hold deadline: the byte-by-byte run must not depend on how busy the machine is.
+  let proxy: TestProxy | undefined;
+  beforeAll(async () => {
+    proxy = await startTestProxy({ upstream: env.redis.url, holdMs: 250 });
+  });
+  afterAll(async () => {
+    await proxy?.close();
+  });
   const blank = ['\r\n', '\n', '   \r\n'];
   const lines = [
     'PING\r\n',
@@ -576,14 +585,14 @@ describe('inline commands', () => {
   for (const [name, split] of splits) {
     it(`match Redis, ${name}`, async () => {
       const direct = await run(env.redis.port, mixed, replies, split);
-      const rewrittenBefore = env.proxy.stats.blocksRewritten;
-      const proxied = await run(env.proxy.port, mixed, replies, split);
+      const rewrittenBefore = (proxy as TestProxy).stats.blocksRewritten;
+      const proxied = await run((proxy as TestProxy).port, mixed, replies, split);
       expect(proxied).toBe(direct);
       expect(direct).toMatch(/^\+PONG\r\n\+OK\r\n\$1\r\nb\r\n/);
       // Both inline blocks ran as sent (the second one re-armed the expiry), the RESP one was rewritten.
       expect(proxied).toContain('*2\r\n:1\r\n:1\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:2\r\n:1\r\n');
       expect(proxied).toContain('*2\r\n:3\r\n:1\r\n');
-      expect(env.proxy.stats.blocksRewritten - rewrittenBefore).toBe(1);
+      expect((proxy as TestProxy).stats.blocksRewritten - rewrittenBefore).toBe(1);
     });
   }
 
@@ -596,7 +605,7 @@ describe('inline commands', () => {
       cmd('EXEC'),
     ]);
     const direct = await run(env.redis.port, bytes, 9, { kind: 'whole' });
-    const proxied = await run(env.proxy.port, bytes, 9, { kind: 'whole' });
+    const proxied = await run((proxy as TestProxy).port, bytes, 9, { kind: 'whole' });
     expect(proxied).toBe(direct);
     expect(proxied).toMatch(/\*2\r\n:2\r\n:1\r\n$/); // re-armed: not rewritten
   });

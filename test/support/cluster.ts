@@ -6,9 +6,9 @@
  *
  * Each node is a server process (server-process.ts) with cluster mode on.
  * Every admin command runs on a short-lived connection of its own, so no
- * helper connection lingers in a node's CLIENT LIST. Local binary only:
- * REDIS_TEST_IMAGE (containers) is not supported, because cluster nodes
- * announce addresses that must be reachable from the test process.
+ * helper connection lingers in a node's CLIENT LIST. With REDIS_TEST_IMAGE the
+ * nodes are containers of that image on the host's network, so the addresses
+ * they announce are the ones the test process reaches.
  */
 import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
@@ -109,9 +109,6 @@ const POLL_INTERVAL_MS = 50;
 const MAX_LOG_CHARS = 200_000;
 
 export async function startCluster(opts: StartClusterOptions = {}): Promise<TestCluster> {
-  if (process.env.REDIS_TEST_IMAGE) {
-    throw new Error('startCluster() runs local redis-server processes only; unset REDIS_TEST_IMAGE');
-  }
   const started: ClusterNode[] = [];
   const stopAll = () => Promise.all(started.map(stopNode)).then(() => undefined);
   try {
@@ -152,16 +149,7 @@ export async function startSpareNode(opts: { portBelow?: number } = {}): Promise
     args: (port, dir) => nodeArgs(port, dir, {}),
     maxLogChars: MAX_LOG_CHARS,
   });
-  const node: SpareNode = { port: server.port, host: server.host, id: '', logs: server.logs, stop: server.stop };
-  processOf.set(node, server);
-  accessOf.set(node, {});
-  try {
-    node.id = String(await command(node, 'CLUSTER', 'MYID'));
-  } catch (err) {
-    await server.stop();
-    throw err;
-  }
-  return node;
+  return registered({ port: server.port, host: server.host, id: '', logs: server.logs, stop: server.stop }, server, {});
 }
 
 // ---------------------------------------------------------------------------
@@ -176,7 +164,11 @@ async function startNode(usedPorts: Set<number>, opts: StartClusterOptions, acce
     args: (port, dir) => nodeArgs(port, dir, opts),
     maxLogChars: MAX_LOG_CHARS,
   });
-  const node: ClusterNode = { port: server.port, host: server.host, id: '', logs: server.logs };
+  return registered({ port: server.port, host: server.host, id: '', logs: server.logs }, server, access);
+}
+
+/** A node just started: its process and access remembered, its id asked (the process is stopped if it does not answer). */
+async function registered<T extends ClusterNode>(node: T, server: ServerProcess, access: ServerAccess): Promise<T> {
   processOf.set(node, server);
   accessOf.set(node, access);
   try {

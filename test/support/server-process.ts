@@ -4,17 +4,20 @@
  * The callers say which arguments it gets; this module does the rest the same
  * way for all of them:
  *
+ * - the local `redis-server` binary, or with REDIS_TEST_IMAGE set a container
+ *   of that image on the host's network (server-container.ts);
  * - a free port, and a port taken between picking and binding it
  *   (EADDRINUSE) retried with another;
  * - a throwaway working directory of its own;
  * - ready once it answers PING (over TLS, after AUTH, when asked) as itself:
- *   INFO's process_id must be its pid, so another test's server on a
- *   recycled port is never mistaken for it;
+ *   INFO's process_id must be its pid (a container's server: its working
+ *   directory must be this one), so another test's server on a recycled port
+ *   is never mistaken for it;
  * - its output kept, capped;
  * - killed should the test process end without stopping it;
  * - stop(): SIGTERM, SIGKILL after a grace period, directory removed.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { accessSync, constants as fsConstants, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
@@ -22,6 +25,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { freePort } from './ports.js';
+import { startServerContainer } from './server-container.js';
 
 export const HOST = '127.0.0.1';
 
@@ -56,6 +60,8 @@ export interface ServerProcess {
 
 /** From spawn to the first PONG; a redis-server takes milliseconds, a busy CI machine much longer. */
 export const READY_TIMEOUT_MS = 10_000;
+/** The same for a container, which a busy engine may take seconds to start. */
+const CONTAINER_READY_TIMEOUT_MS = 60_000;
 const POLL_INTERVAL_MS = 20;
 /** Between SIGTERM and SIGKILL. */
 const STOP_GRACE_MS = 3_000;
@@ -64,11 +70,12 @@ const DEFAULT_MAX_LOG_CHARS = 1_000_000;
 
 /** Starts `redis-server` with `opts.args(port, dir)` and resolves once it answers as itself. */
 export async function startServerProcess(opts: ServerProcessOptions): Promise<ServerProcess> {
-  const binary = findOnPath('redis-server');
+  const image = process.env.REDIS_TEST_IMAGE;
+  const binary = image ? undefined : findOnPath('redis-server');
   let lastLogs = '';
   for (let attempt = 1; attempt <= MAX_PORT_ATTEMPTS; attempt++) {
     const port = await (opts.pickPort ?? freePort)();
-    const server = await spawnServer(binary, port, opts);
+    const server = binary !== undefined ? await spawnServer(binary, port, opts) : await runContainer(image as string, port, opts);
     if (await waitUntilReady(server, opts)) return server.handle;
     lastLogs = server.handle.logs();
     await server.handle.stop();
@@ -101,19 +108,22 @@ export function shortLivedClient(server: { host: string; port: number } & Server
   return client;
 }
 
+/** What tells a server apart from another on the same port: its pid, or (in a container) its working directory. */
+export type Itself = { pid: number } | { dir: string };
+
 /**
- * One probe: [AUTH], PING and, when `pid` is given, INFO server. True only for
- * PONG from the expected process; any failure means "not yet". QUIT at the
- * end, so the probe is gone from the server's CLIENT LIST before the caller
- * goes on.
+ * One probe: [AUTH], PING and, when `itself` is given, whether the server is
+ * that one. True only for PONG from the expected server; any failure means
+ * "not yet". QUIT at the end, so the probe is gone from the server's CLIENT
+ * LIST before the caller goes on.
  */
-export async function answersPing(server: { host: string; port: number } & ServerAccess, pid?: number): Promise<boolean> {
+export async function answersPing(server: { host: string; port: number } & ServerAccess, itself?: Itself): Promise<boolean> {
   const client = shortLivedClient(server, 1_000);
   let answered = false;
   try {
     await client.connect();
     answered = (await client.call('PING')) === 'PONG';
-    return answered && (pid === undefined || String(await client.call('INFO', 'server')).includes(`\r\nprocess_id:${pid}\r\n`));
+    return answered && (itself === undefined || (await isItself(client, itself)));
   } catch {
     return false;
   } finally {
@@ -123,25 +133,73 @@ export async function answersPing(server: { host: string; port: number } & Serve
   }
 }
 
+/**
+ * A sentinel names its config file (in its directory) in INFO (mode line
+ * `redis_mode`, Valkey's `server_mode`); a server answers CONFIG GET dir.
+ */
+async function isItself(client: Redis, itself: Itself): Promise<boolean> {
+  const info = String(await client.call('INFO', 'server'));
+  if ('pid' in itself) return info.includes(`\r\nprocess_id:${itself.pid}\r\n`);
+  if (/\r\n(redis|server)_mode:sentinel\r\n/.test(info)) return info.includes(`\r\nconfig_file:${itself.dir}/`);
+  const [, dir] = (await client.call('CONFIG', 'GET', 'dir')) as string[];
+  return dir === itself.dir;
+}
+
 // ---------------------------------------------------------------------------
-// One process
+// One process, or one container
 // ---------------------------------------------------------------------------
 
 interface Spawned {
   handle: ServerProcess;
-  child: ChildProcess;
+  /** Undefined while it cannot be told yet (a spawn whose pid is not known). */
+  itself(): Itself | undefined;
   hasExited(): boolean;
   exitDescription(): string;
+  readyTimeoutMs: number;
 }
 
-async function spawnServer(binary: string, port: number, opts: ServerProcessOptions): Promise<Spawned> {
+/** A new working directory, and the server's arguments for it; the directory is removed if they cannot be had. */
+async function directoryAndArgs(port: number, opts: ServerProcessOptions): Promise<{ dir: string; args: string[] }> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'redis-test-'));
   const args = await Promise.resolve(opts.args(port, dir)).catch(async (err: unknown) => {
     await rm(dir, { recursive: true, force: true });
     throw err;
   });
+  return { dir, args };
+}
+
+async function runContainer(image: string, port: number, opts: ServerProcessOptions): Promise<Spawned> {
+  const { dir, args } = await directoryAndArgs(port, opts);
+  const container = await startServerContainer(image, args, dir, opts.maxLogChars ?? DEFAULT_MAX_LOG_CHARS).catch(async (err: unknown) => {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  });
+  trackForExitCleanup(container, () => {
+    container.removeNow();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= container.stop().then(async () => {
+      untrack(container);
+      await rm(dir, { recursive: true, force: true });
+    }));
+  return {
+    itself: () => ({ dir }),
+    hasExited: container.hasExited,
+    exitDescription: () => 'its container ended',
+    readyTimeoutMs: CONTAINER_READY_TIMEOUT_MS,
+    handle: { host: HOST, port, logs: container.logs, stop },
+  };
+}
+
+async function spawnServer(binary: string, port: number, opts: ServerProcessOptions): Promise<Spawned> {
+  const { dir, args } = await directoryAndArgs(port, opts);
   const child = spawn(binary, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
-  trackForExitCleanup(child, dir);
+  trackForExitCleanup(child, () => {
+    child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
 
   const maxLogChars = opts.maxLogChars ?? DEFAULT_MAX_LOG_CHARS;
   let output = '';
@@ -180,9 +238,11 @@ async function spawnServer(binary: string, port: number, opts: ServerProcessOpti
     })());
 
   return {
-    child,
+    // No pid: spawn failed, and its 'error' event is on the way.
+    itself: () => (child.pid !== undefined ? { pid: child.pid } : undefined),
     hasExited,
     exitDescription: () => (exit?.signal ? `signal ${exit.signal}` : `code ${exit?.code}`),
+    readyTimeoutMs: READY_TIMEOUT_MS,
     handle: { host: HOST, port, logs: () => output, stop },
   };
 }
@@ -191,12 +251,11 @@ async function spawnServer(binary: string, port: number, opts: ServerProcessOpti
 async function waitUntilReady(server: Spawned, opts: ServerProcessOptions): Promise<boolean> {
   const { port } = server.handle;
   const target = { host: HOST, port, tls: opts.tls, password: opts.password };
-  const deadline = Date.now() + READY_TIMEOUT_MS;
+  const deadline = Date.now() + server.readyTimeoutMs;
   while (Date.now() < deadline) {
     if (server.hasExited()) return false;
-    // No pid: spawn failed, and its 'error' event is on the way.
-    const pid = server.child.pid;
-    if (pid !== undefined && (await answersPing(target, pid))) {
+    const itself = server.itself();
+    if (itself !== undefined && (await answersPing(target, itself))) {
       // It may have died between the probe and now.
       return !server.hasExited();
     }
@@ -204,7 +263,7 @@ async function waitUntilReady(server: Spawned, opts: ServerProcessOptions): Prom
   }
   const logs = server.handle.logs();
   await server.handle.stop();
-  throw new Error(`${opts.name} on port ${port} did not answer PING within ${READY_TIMEOUT_MS} ms. Output:\n${logs}`);
+  throw new Error(`${opts.name} on port ${port} did not answer PING within ${server.readyTimeoutMs} ms. Output:\n${logs}`);
 }
 
 function findOnPath(name: string): string {
@@ -231,18 +290,19 @@ function findOnPath(name: string): string {
 // If a test file ends without calling stop(), its redis-servers must not
 // outlive the worker. Vitest ends fork workers with SIGTERM, which skips
 // 'exit' handlers, so the common termination signals are covered too.
-const live = new Map<ChildProcess, string>();
+/** What removes each live server at once, synchronously (it also runs from the 'exit' event). */
+const live = new Map<object, () => void>();
 let exitHooksInstalled = false;
 
-/** Kills `child` and removes `dir` should the test process end without stopping it. */
-function trackForExitCleanup(child: ChildProcess, dir: string): void {
-  live.set(child, dir);
+/** Runs `removeNow` should the test process end before `server` is stopped. */
+function trackForExitCleanup(server: object, removeNow: () => void): void {
+  live.set(server, removeNow);
   if (exitHooksInstalled) return;
   exitHooksInstalled = true;
-  process.once('exit', killAllLive);
+  process.once('exit', removeAllLive);
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
     process.once(signal, () => {
-      killAllLive();
+      removeAllLive();
       // Our listener replaced the default action; with it gone, re-raising
       // the signal terminates the process the way it would have anyway.
       process.kill(process.pid, signal);
@@ -250,15 +310,11 @@ function trackForExitCleanup(child: ChildProcess, dir: string): void {
   }
 }
 
-function untrack(child: ChildProcess): void {
-  live.delete(child);
+function untrack(server: object): void {
+  live.delete(server);
 }
 
-/** Synchronous, because it also runs from the 'exit' event. */
-function killAllLive(): void {
-  for (const [child, dir] of live) {
-    child.kill('SIGKILL');
-    rmSync(dir, { recursive: true, force: true });
-  }
+function removeAllLive(): void {
+  for (const removeNow of live.values()) removeNow();
   live.clear();
 }
