@@ -50,7 +50,10 @@ export class NodeReplies {
    */
   readonly rewriteRedirect = (line: Buffer): Buffer | null | PendingRedirect => {
     const rewritten = rewriteRedirect(line, this.cluster.nodes, this.announce());
-    if (rewritten instanceof UnknownNode) return { checked: this.cluster.nodes.askAgain(), answer: () => this.redirectNow(line) };
+    if (rewritten instanceof UnknownNode) {
+      const kept = Buffer.from(line); // the line is a view of a read, valid only during this call
+      return { checked: this.cluster.nodes.askAgain(), answer: () => this.redirectNow(kept) };
+    }
     if (rewritten !== null) this.stats.redirectsRewritten++;
     return rewritten;
   };

@@ -19,7 +19,10 @@ export interface PendingRedirect {
   answer(): Buffer;
 }
 
-/** The rewritten line (CRLF included), null for an error that is no redirect, or a redirect that must wait. */
+/**
+ * The rewritten line (CRLF included), null for an error that is no redirect, or a redirect that
+ * must wait. `line` is valid only during the call (a view of a read): a redirect that waits keeps a copy.
+ */
 export type RedirectRewrite = (line: Buffer) => Buffer | null | PendingRedirect;
 
 /** Longest -MOVED/-ASK line waited for across reads (they are about 40 bytes). */
@@ -91,7 +94,7 @@ export class RedirectLines {
       return false;
     }
     this.write(chunk.subarray(from, begin));
-    this.head.push(chunk.subarray(begin));
+    this.head.push(Buffer.from(chunk.subarray(begin))); // a copy: the chunk is valid only during this call
     return true;
   }
 

@@ -82,6 +82,26 @@ export class ReplyScanner {
     this.errorEnded = false;
     const end = buf.length;
     while (pos < end) {
+      if (this.need === 0 && !this.trackErrors) {
+        // Between frames: whole simple replies and bulk strings, the usual case, are taken at once.
+        let replies = this.replies;
+        let start = pos;
+        for (;;) {
+          const after = this.wholeReply(buf, pos, end);
+          if (after < 0) break;
+          start = pos;
+          pos = after;
+          replies++;
+          if (stopAtAnyFrame || replies === maxReplies || pos === end) break;
+        }
+        if (replies !== this.replies) {
+          this.replies = replies;
+          this.frameStart = start;
+          this.isPush = false;
+          if (stopAtAnyFrame || replies === maxReplies) return pos;
+          continue;
+        }
+      }
       switch (this.state) {
         case State.Type: {
           if (this.need === 0) {
@@ -105,20 +125,19 @@ export class ReplyScanner {
         }
 
         case State.Line: {
-          const cr = buf.indexOf(0x0d, pos);
+          // Lines are short: a loop beats indexOf's call into C++.
           if (this.kind === LineKind.Simple) {
-            if (cr === -1) return end;
-            pos = cr + 1;
+            while (pos < end && buf[pos] !== 0x0d) pos++;
           } else {
-            const stop = cr === -1 ? end : cr;
-            for (; pos < stop; pos++) {
+            for (; pos < end; pos++) {
               const byte = buf[pos];
+              if (byte === 0x0d) break;
               if (byte === 0x2d) this.negative = true;
               else this.number = this.number * 10 + (byte - 0x30);
             }
-            if (cr === -1) return end;
-            pos++;
           }
+          if (pos === end) return end;
+          pos++;
           this.state = State.LineLf;
           break;
         }
@@ -155,6 +174,41 @@ export class ReplyScanner {
       }
     }
     return pos;
+  }
+
+  /**
+   * The offset after the reply at `pos` when it is a simple line (`+ - : _ , # (`) or a bulk
+   * string with its body (`$`), all in `buf`; otherwise -1, and scan() reads it a byte at a time.
+   * The byte after each CR is skipped unchecked, as the byte-wise path does.
+   */
+  private wholeReply(buf: Buffer, pos: number, end: number): number {
+    const type = buf[pos];
+    let i = pos + 1;
+    switch (type) {
+      case 0x2b: // +
+      case 0x2d: // -
+      case 0x3a: // :
+      case 0x5f: // _
+      case 0x2c: // ,
+      case 0x23: // #
+      case 0x28: // (
+        while (i < end && buf[i] !== 0x0d) i++;
+        return i + 1 < end ? i + 2 : -1;
+      case 0x24: {
+        // $
+        let length = 0;
+        for (; i < end; i++) {
+          const d = buf[i] - 0x30;
+          if (d < 0 || d > 9) break;
+          length = length * 10 + d;
+        }
+        if (i === pos + 1 || i >= end || buf[i] !== 0x0d) return -1; // $-1, or the line goes on in the next chunk
+        const after = i + 2 + length + 2;
+        return after <= end ? after : -1;
+      }
+      default:
+        return -1;
+    }
   }
 
   private readType(type: number): boolean {

@@ -20,6 +20,7 @@
  * The scanner is resumable at any byte: TCP may split a frame anywhere.
  */
 import { argsNeeded, classifyCommand, Cmd, MAX_CLASSIFIED_NAME } from './commands.js';
+import { isPrefixOfNumber, NumberLine } from './number-line.js';
 
 /** Redis's PROTO_INLINE_MAX_SIZE: longest inline request or count line it accepts. */
 export const MAX_LINE = 64 * 1024;
@@ -55,67 +56,6 @@ const enum State {
   Body,
   BodyCrlf,
   Inline,
-}
-
-/** Incremental parser for the decimal number on a `*` or `$` line, with string2ll's rules. */
-class NumberLine {
-  value = 0;
-  digits = 0;
-  negative = false;
-  valid = true;
-  length = 0;
-  /** The digits as text once the number grows past 15 digits, for the exact int64 range check. */
-  private long = '';
-
-  reset(): void {
-    this.value = 0;
-    this.digits = 0;
-    this.negative = false;
-    this.valid = true;
-    this.length = 0;
-    this.long = '';
-  }
-
-  push(byte: number): void {
-    this.length++;
-    if (byte === 0x2d /* - */ && this.length === 1) {
-      this.negative = true;
-      return;
-    }
-    const d = byte - 0x30;
-    if (d < 0 || d > 9) {
-      this.valid = false;
-      return;
-    }
-    // string2ll refuses leading zeros, except for "0" itself.
-    if (this.digits === 1 && this.value === 0) this.valid = false;
-    if (this.digits === 0 && d === 0 && this.negative) this.valid = false;
-    this.digits++;
-    this.value = this.value * 10 + d;
-    if (this.digits > 15) this.long = this.digits === 16 ? String(Math.floor(this.value / 10)) + String(d) : this.long + String(d);
-  }
-
-  /**
-   * The parsed value, or undefined when Redis would refuse the line. Values
-   * beyond 2^53 in magnitude are approximate (only their sign and size matter).
-   */
-  result(): number | undefined {
-    if (!this.valid || this.digits === 0 || this.digits > 19) return undefined;
-    if (this.digits === 19 && BigInt(this.long) > (this.negative ? 2n ** 63n : 2n ** 63n - 1n)) return undefined;
-    return this.negative ? -this.value : this.value;
-  }
-}
-
-/** Whether the digits read so far on a count line can still spell `n` (a positive integer). */
-function isPrefixOfNumber(line: NumberLine, n: number): boolean {
-  if (line.length === 0) return true;
-  if (line.negative || !line.valid) return false;
-  // A valid line has no leading zero, so its value has exactly `digits` digits: compare it with
-  // n's first `digits` digits (arithmetic, not strings: this runs at the end of chunks).
-  const limit = 10 ** line.digits;
-  let prefix = n;
-  while (prefix >= limit) prefix = Math.floor(prefix / 10);
-  return prefix === line.value;
 }
 
 export class RequestScanner {
@@ -171,6 +111,8 @@ export class RequestScanner {
   private inToken = false;
   /** A NUL was seen on this inline line: Redis reads no further. */
   private inlineCut = false;
+  /** Where the line read by shortLine() ends. */
+  private lineEnd = 0;
 
   /** True when the scanner is between frames. */
   get atFrameBoundary(): boolean {
@@ -240,6 +182,15 @@ export class RequestScanner {
         case State.FrameStart:
           this.startFrame(pos);
           if (buf[pos] === 0x2a /* * */) {
+            const count = this.shortLine(buf, pos + 1, end);
+            if (count > 0) {
+              // The usual frame head, read at once.
+              pos = this.lineEnd;
+              this.argc = count;
+              this.argIndex = 0;
+              this.state = State.Dollar;
+              break;
+            }
             this.state = State.CountLine;
             this.line.reset();
             pos++;
@@ -276,12 +227,20 @@ export class RequestScanner {
           break;
         }
 
-        case State.Dollar:
+        case State.Dollar: {
           if (buf[pos] !== 0x24 /* $ */) return this.fail(pos, `expected '$', got '${String.fromCharCode(buf[pos])}'`);
+          const length = this.shortLine(buf, pos + 1, end);
+          if (length > 0) {
+            pos = this.lineEnd;
+            this.startBody(length);
+            if (this.event !== 0) return pos;
+            break;
+          }
           pos++;
           this.line.reset();
           this.state = State.BulkLine;
           break;
+        }
 
         case State.BulkLf: {
           pos++;
@@ -294,6 +253,21 @@ export class RequestScanner {
         }
 
         case State.Body: {
+          if (end - pos >= this.bodyLeft + 2) {
+            // The rest of the body and its CRLF are here: read at once.
+            const target = this.captureTarget;
+            if (target !== null) {
+              for (let i = 0; i < this.bodyLeft; i++) target[this.captured + i] = buf[pos + i];
+              this.captured += this.bodyLeft;
+            }
+            pos += this.bodyLeft + 2;
+            this.bodyLeft = 0;
+            this.finishArgument();
+            if (this.argIndex === this.argc) return this.finishFrame(pos, this.headReported ? END : HEAD | END);
+            this.state = State.Dollar;
+            if (this.event !== 0) return pos;
+            break;
+          }
           const n = Math.min(this.bodyLeft, end - pos);
           if (this.captureTarget !== null) {
             // Captures are a few bytes: a plain loop beats Buffer#copy's call overhead.
@@ -337,6 +311,26 @@ export class RequestScanner {
       }
     }
     return pos;
+  }
+
+  /**
+   * The number on a `*` or `$` line whose digits start at `pos`, when it is short and whole in
+   * `buf`: 1 to 9 digits, the first not 0, then CR and the byte after it (which Redis skips
+   * unchecked). `lineEnd` is then the offset after the line. Otherwise -1, and the line is read
+   * byte by byte (NumberLine, with all of string2ll's rules).
+   */
+  private shortLine(buf: Buffer, pos: number, end: number): number {
+    let value = 0;
+    let i = pos;
+    const last = Math.min(end - 1, pos + 9); // room for the CR's next byte
+    for (; i < last; i++) {
+      const d = buf[i] - 0x30;
+      if (d < 0 || d > 9) break;
+      value = value * 10 + d;
+    }
+    if (i === pos || i >= last || buf[i] !== 0x0d || buf[pos] === 0x30) return -1;
+    this.lineEnd = i + 2;
+    return value;
   }
 
   private startFrame(pos: number): void {

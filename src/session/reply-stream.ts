@@ -16,6 +16,9 @@
  *
  * With --cluster, a -MOVED/-ASK line that names a node not known yet waits for the topology
  * to be asked again (RedirectLines): the bytes Redis sends after it wait behind it, in order.
+ *
+ * A chunk is valid only during the process() call that gets it (the upstream reads into a
+ * shared buffer, upstream/read-buffer.ts): whatever is kept past it is copied.
  */
 import { RedirectLines, type RedirectRewrite } from '../cluster/redirect-lines.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
@@ -175,7 +178,9 @@ export class ReplyStream {
       }
       if (scanner.isPush) continue;
       this.port.writeClient(chunk.subarray(from, frameBegin));
-      this.captureParts.push(chunk.subarray(frameBegin, pos));
+      // A reply that goes on in the next chunk keeps a copy of this part.
+      const part = chunk.subarray(frameBegin, pos);
+      this.captureParts.push(scanner.atFrameBoundary ? part : Buffer.from(part));
       from = pos;
       if (scanner.atFrameBoundary) this.captured();
     }
@@ -198,7 +203,7 @@ export class ReplyStream {
 
   private waitBehindRedirect(chunk: Buffer): void {
     if (chunk.length === 0) return;
-    (this.behindRedirect as Buffer[]).push(chunk);
+    (this.behindRedirect as Buffer[]).push(Buffer.from(chunk));
     this.bytesBehindRedirect += chunk.length;
     if (this.bytesBehindRedirect > MAX_BYTES_BEHIND_REDIRECT) this.endRedirectWait();
   }

@@ -16,6 +16,7 @@ import { countFixedShape } from '../lock/fixed-shape.js';
 import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
 import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
+import { WholeFrameReader } from '../resp/whole-frame.js';
 import { setupCommands } from '../upstream/target.js';
 import { countedApart, namesVerifyConnection } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
@@ -46,8 +47,29 @@ export interface RequestFlowPort {
   readonly log: Logger;
 }
 
+/**
+ * Frames that, outside a held block, need nothing but their reply counted: any command the
+ * proxy does not classify, and the lock block's increment and expiry met on their own. `SET`
+ * too, except the six-argument one whose shape is counted (countFixedShape).
+ */
+function onlyCounted(cmd: Cmd, argc: number): boolean {
+  switch (cmd) {
+    case Cmd.Other:
+    case Cmd.Incr:
+    case Cmd.Incrby:
+    case Cmd.Expire:
+    case Cmd.Pexpire:
+      return true;
+    case Cmd.Set:
+      return argc !== 6;
+    default:
+      return false;
+  }
+}
+
 export class RequestFlow implements LockBlockPort {
   private readonly scanner = new RequestScanner();
+  private readonly whole = new WholeFrameReader();
   private readonly tx = new TransactionState();
   private readonly blocks: LockBlocks;
   /** Bytes are forwarded without being interpreted (a plain pipe). */
@@ -142,6 +164,10 @@ export class RequestFlow implements LockBlockPort {
     /** Start of the bytes of this chunk not yet forwarded or held. */
     let from = 0;
     while (pos < chunk.length) {
+      if (scanner.atFrameBoundary && !blocks.holding) {
+        pos = this.countWholeFrames(chunk, pos);
+        if (pos === chunk.length) break;
+      }
       pos = scanner.next(chunk, pos);
       const event = scanner.event;
       if (event === 0) break;
@@ -201,6 +227,29 @@ export class RequestFlow implements LockBlockPort {
       }
     }
     this.endOfChunk(chunk, from);
+  }
+
+  /**
+   * The frames from `pos` (the scanner between frames) that are whole in the chunk and only
+   * counted (onlyCounted) are taken at once: their replies are expected, and their bytes go
+   * upstream with the rest of the chunk. Returns where the next frame begins; the scanner reads
+   * that one.
+   */
+  private countWholeFrames(chunk: Buffer, pos: number): number {
+    const whole = this.whole;
+    let frames = 0;
+    while (pos < chunk.length) {
+      const after = whole.read(chunk, pos);
+      if (after < 0 || !onlyCounted(whole.cmd, whole.argc)) break;
+      frames++;
+      pos = after;
+    }
+    if (frames > 0) {
+      this.tx.forwarded(frames);
+      this.ctx.stats.commandsForwarded += frames;
+      this.replies.expect(frames);
+    }
+    return pos;
   }
 
   /**

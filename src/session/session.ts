@@ -15,6 +15,7 @@ import type net from 'node:net';
 import { formatAddress } from '../address.js';
 import { NodeReplies } from '../cluster/node-replies.js';
 import type { Logger } from '../log.js';
+import { retained } from '../upstream/read-buffer.js';
 import { setupCommands } from '../upstream/target.js';
 import type { ProxyContext } from './context.js';
 import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
@@ -70,7 +71,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
     this.toClient = new WriteBatch(client, (bytes) => this.sendClient(bytes));
-    const { socket, readyEvent, address, host } = ctx.upstream.connect();
+    const { socket, readyEvent, address, host, readsShared } = ctx.upstream.connect((bytes) => this.onSharedRead(bytes));
     this.upstream = socket;
     this.upstreamAddress = address;
     // Deferred: what Redis sent before it closed is read before more is written to it (write-batch.ts).
@@ -98,7 +99,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       this.updateFlow();
     });
     socket.on('timeout', () => this.onUpstreamTimeout());
-    socket.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
+    if (readsShared !== true) socket.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
     socket.on('end', () => this.onUpstreamEnd());
     socket.on('error', (err) => this.onUpstreamError(err));
     socket.on('close', () => this.onClose());
@@ -361,6 +362,13 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   }
 
   // -------------------------------------------------------- server to client
+
+  /** A read into the shared buffer (read-buffer.ts): its bytes are valid only during this call. */
+  private onSharedRead(bytes: Buffer): void {
+    this.onUpstreamData(bytes);
+    // A write to the client that did not reach the kernel whole goes on from that buffer later.
+    if (this.client.writableLength > 0) retained();
+  }
 
   private onUpstreamData(chunk: Buffer): void {
     this.ctx.stats.bytesFromUpstream += chunk.length;

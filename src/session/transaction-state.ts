@@ -91,6 +91,22 @@ export class TransactionState {
   }
 
   /**
+   * `count` frames went upstream that Redis runs (or queues) as any command, none of MULTI, EXEC,
+   * DISCARD, WATCH, UNWATCH, RESET, ASKING or the kinds that stop the counting: what frame() does
+   * for each of them, at once.
+   */
+  forwarded(count: number): void {
+    this.opened = false;
+    this.closed = false;
+    this.queuedIndex = -1;
+    if (this.inMulti) {
+      this.queued += count;
+      this.queuedIndex = this.queued - 1;
+    }
+    this.afterAsking = false;
+  }
+
+  /**
    * A held lock block went upstream as the client sent it, its first `frames` frames (MULTI
    * first); `complete` when its EXEC was among them. Redis is then inside the transaction with
    * all but the MULTI queued, or, after the EXEC, out of it with nothing watched.

@@ -13,7 +13,10 @@ import type net from 'node:net';
 
 /** Collects writes between begin() and the matching end(); outside them a write goes out at once, unless the batch is deferred. */
 export class WriteBatch {
-  private readonly parts: Buffer[] = [];
+  /** The first write collected: most batches hold one, and then no array is touched. */
+  private first: Buffer | null = null;
+  /** The writes collected after the first, in order. */
+  private more: Buffer[] | null = null;
   private depth = 0;
   private scheduled = false;
 
@@ -29,16 +32,16 @@ export class WriteBatch {
   }
 
   add(bytes: Buffer): void {
-    if (this.deferred) {
-      this.parts.push(bytes);
-      if (!this.scheduled) {
-        this.scheduled = true;
-        scheduleFlush(this);
-      }
-    } else if (this.depth === 0) {
+    if (this.depth === 0 && !this.deferred) {
       this.send(bytes);
-    } else {
-      this.parts.push(bytes);
+      return;
+    }
+    if (this.first === null) this.first = bytes;
+    else if (this.more === null) this.more = [bytes];
+    else this.more.push(bytes);
+    if (this.deferred && !this.scheduled) {
+      this.scheduled = true;
+      scheduleFlush(this);
     }
   }
 
@@ -49,40 +52,47 @@ export class WriteBatch {
   /** Sends what is collected now (before the socket is ended, for example). */
   flush(): void {
     this.scheduled = false;
-    const parts = this.parts;
-    if (parts.length === 0) return;
-    if (parts.length === 1) {
-      // The usual case: one write, and the array is reused rather than replaced.
-      const only = parts[0];
-      parts.length = 0;
-      this.send(only);
+    const first = this.first;
+    if (first === null) return;
+    const more = this.more;
+    this.first = null;
+    this.more = null;
+    if (more === null) {
+      this.send(first);
       return;
     }
-    const all = parts.splice(0);
     this.socket.cork();
-    for (const part of all) this.send(part);
+    this.send(first);
+    for (const part of more) this.send(part);
     this.socket.uncork();
   }
 
   /** Drops what is collected: the socket is gone. */
   discard(): void {
-    this.parts.length = 0;
+    this.first = null;
+    this.more = null;
   }
 }
 
-/** Deferred batches with writes waiting, flushed together by one setImmediate. */
-let due: WriteBatch[] = [];
-let spare: WriteBatch[] = [];
+/** Deferred batches with writes waiting (the first `dueCount`), flushed together by one setImmediate. */
+let due: Array<WriteBatch | null> = [];
+let dueCount = 0;
+let spare: Array<WriteBatch | null> = [];
 
 function scheduleFlush(batch: WriteBatch): void {
-  if (due.length === 0) setImmediate(flushDue);
-  due.push(batch);
+  if (dueCount === 0) setImmediate(flushDue);
+  due[dueCount++] = batch;
 }
 
 function flushDue(): void {
+  // A flush that schedules another (none does today) lands in the other array, for the next round.
   const batches = due;
+  const count = dueCount;
   due = spare;
-  for (let i = 0; i < batches.length; i++) batches[i].flush();
-  batches.length = 0;
+  dueCount = 0;
+  for (let i = 0; i < count; i++) {
+    (batches[i] as WriteBatch).flush();
+    batches[i] = null;
+  }
   spare = batches;
 }

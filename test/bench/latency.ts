@@ -3,10 +3,15 @@
  * else is queued, i.e. what the proxy adds per hop.
  *
  * One connection per target, and the round trips rotate over the targets
- * (direct, proxy, haproxy, nutcracker, direct, ...) with only one request in
- * flight at any time: a hiccup of the machine then lands on every target
- * alike instead of on whichever target happened to be measured at the time,
- * which matters for p99 on a small shared machine.
+ * with only one request in flight at any time: a hiccup of the machine then
+ * lands on every target alike instead of on whichever target happened to be
+ * measured at the time, which matters for p99 on a small shared machine.
+ * Each step visits the targets in a new shuffled order (a fixed seed, so
+ * runs repeat), so that every target follows every other one equally often:
+ * a round trip right after one to Redis itself, say, reads several µs slower
+ * at p50 on a 2-core machine, and no target may always sit in that slot (a
+ * fixed order, even one started at another target each step, puts the same
+ * target after Redis nearly every time).
  *
  * Requests alternate PING and GET of a small value (stored by the warm-up
  * SET), each sent from the previous reply's handler as a client library
@@ -50,6 +55,28 @@ const KEY = 'bench:latency';
 const SET = Buffer.from(`*3\r\n$3\r\nSET\r\n$${KEY.length}\r\n${KEY}\r\n$32\r\n${'x'.repeat(32)}\r\n`);
 const REQUESTS = [Buffer.from('*1\r\n$4\r\nPING\r\n'), Buffer.from(`*2\r\n$3\r\nGET\r\n$${KEY.length}\r\n${KEY}\r\n`)];
 
+/** mulberry32: a small seeded generator, so that the visiting orders repeat from run to run. */
+function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Fisher-Yates, in place. */
+function shuffle(order: Int32Array, random: () => number): void {
+  for (let i = order.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    const t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+}
+
 /** Nearest-rank percentile of sorted samples. */
 export function percentile(sorted: Float64Array, p: number): number {
   const rank = Math.ceil((p / 100) * sorted.length);
@@ -82,7 +109,11 @@ async function measure(options: LatencyOptions): Promise<LatencyResults> {
 
   return new Promise<LatencyResults>((resolve, reject) => {
     let step = -1;
-    let current = 0;
+    const random = seededRandom(0x5eed);
+    /** The order the current step visits the targets in; the target is order[k]. */
+    const order = Int32Array.from(sockets.keys());
+    let k = 0;
+    let current = order[0];
     let t0 = 0n;
     const send = (): void => {
       t0 = process.hrtime.bigint();
@@ -103,9 +134,14 @@ async function measure(options: LatencyOptions): Promise<LatencyResults> {
         const t1 = process.hrtime.bigint();
         if (i !== current) return reject(new Error(`a reply from ${targets[i].name} nobody asked for`));
         if (step >= warmup) samples[i][step - warmup] = Number(t1 - t0) / 1_000;
-        current = (current + 1) % sockets.length;
-        if (current === 0) step++;
+        k++;
+        if (k === sockets.length) {
+          k = 0;
+          step++;
+          shuffle(order, random);
+        }
         if (step === steps) return finish();
+        current = order[k];
         send();
       });
       socket.on('error', reject);

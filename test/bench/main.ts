@@ -27,6 +27,7 @@ import process from 'node:process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { bypassing, startCluster, startClusterProxy, withRouting, type BenchCluster, type ClusterProxy, type Shard } from './cluster.js';
+import { withCpu } from './cpu.js';
 import { BENCH_FLAGS } from './flags.js';
 import { runLatency } from './latency.js';
 import { runLockLoad, type LockLoadResult } from './lock-load.js';
@@ -43,6 +44,7 @@ import {
   startNutcracker,
   startProxy,
   startRedis,
+  startRelay,
   stopAll,
   versionOf,
   type Managed,
@@ -132,7 +134,7 @@ const USAGE = `Usage: npm run bench -- [options]
   --requests-p16 N    redis-benchmark -n at pipeline 16 (default ${FULL.requestsP16}, quick ${QUICK.requestsP16};
                       ${CLUSTER_REQUESTS_FACTOR} times that in the cluster part)
   --lock-seconds S    duration of each lock load (default ${FULL.lockMs / 1000}, quick ${QUICK.lockMs / 1000})
-  --without PARTS     leave out haproxy, nutcracker and/or cluster (comma-separated), as if not installed
+  --without PARTS     leave out haproxy, nutcracker, relay and/or cluster (comma-separated), as if not installed
   --baseline DIR      also run the proxy built in DIR (another checkout with its own dist/cli.js, e.g. a
                       git worktree of an older commit after npm ci there) as target "baseline", compared
                       with the proxy in the pass-through, lock and latency tables
@@ -199,8 +201,8 @@ function parseOptions(argv: string[]): Options {
   const base = parsed.quick ? QUICK : FULL;
   const without = new Set((parsed.without ?? '').split(',').filter((w) => w !== ''));
   for (const peer of without) {
-    if (peer !== 'haproxy' && peer !== 'nutcracker' && peer !== 'cluster') {
-      throw new BenchError(`--without takes haproxy, nutcracker and/or cluster, not ${peer}`);
+    if (peer !== 'haproxy' && peer !== 'nutcracker' && peer !== 'relay' && peer !== 'cluster') {
+      throw new BenchError(`--without takes haproxy, nutcracker, relay and/or cluster, not ${peer}`);
     }
   }
   const lockSeconds = positive('lock-seconds', parsed['lock-seconds']);
@@ -292,6 +294,8 @@ interface Setup {
   targets: Target[];
   /** nutcracker refuses MULTI/EXEC, so it cannot carry a lock block. */
   lockTargets: Target[];
+  /** The process of each hop (every target but direct): whose CPU a load costs. */
+  hops: PerTarget<number>;
   /** Why a peer is missing, per missing peer. */
   absent: PerTarget<string>;
 }
@@ -320,6 +324,7 @@ async function startTargets(tools: Tools, options: Options, dir: string, fdLimit
     log(`bench: haproxy maxconn ${haproxyMaxconn(fdLimit)}, not 10000: it needs 2 files per connection and the limit is ${fdLimit}`);
   }
   const nutcracker = tools.nutcracker ? await startNutcracker(tools.nutcracker, redis.port, dir) : null;
+  const relay = without.has('relay') ? null : await startRelay(redis.port);
 
   const targets: Target[] = [
     { name: 'direct', port: redis.port },
@@ -327,24 +332,41 @@ async function startTargets(tools: Tools, options: Options, dir: string, fdLimit
     ...(baseline ? [{ name: 'baseline' as const, port: baseline.port }] : []),
     ...(haproxy ? [{ name: 'haproxy' as const, port: haproxy.port }] : []),
     ...(nutcracker ? [{ name: 'nutcracker' as const, port: nutcracker.port }] : []),
+    ...(relay ? [{ name: 'relay' as const, port: relay.port }] : []),
   ];
   const absent: PerTarget<string> = {};
   const missing = (peer: string): string =>
     without.has(peer) ? `${peer} left out (--without)` : `${peer} not installed (apt-get install ${peer})`;
   if (!haproxy) absent.haproxy = missing('haproxy');
   if (!nutcracker) absent.nutcracker = missing('nutcracker');
+  if (!relay) absent.relay = missing('relay');
   for (const why of Object.values(absent)) log(`bench: ${why}; its columns are marked absent`);
   log(`bench: targets ${targets.map((t) => `${t.name}=127.0.0.1:${t.port}`).join(', ')}`);
   return {
     redis,
     proxy,
-    running: [redis, proxy, ...(baseline ? [baseline] : []), scripted, ...(haproxy ? [haproxy] : []), ...(nutcracker ? [nutcracker] : [])],
+    running: [
+      redis,
+      proxy,
+      ...(baseline ? [baseline] : []),
+      scripted,
+      ...(haproxy ? [haproxy] : []),
+      ...(nutcracker ? [nutcracker] : []),
+      ...(relay ? [relay] : []),
+    ],
     targets,
     lockTargets: [
       ...targets.filter((t) => t.name === 'direct' || t.name === 'proxy' || t.name === 'baseline'),
       { name: 'script' as const, port: scripted.port },
       ...targets.filter((t) => t.name === 'haproxy'),
     ],
+    hops: {
+      proxy: proxy.pid,
+      ...(baseline ? { baseline: baseline.pid } : {}),
+      ...(haproxy ? { haproxy: haproxy.pid } : {}),
+      ...(nutcracker ? { nutcracker: nutcracker.pid } : {}),
+      ...(relay ? { relay: relay.pid } : {}),
+    },
     absent,
   };
 }
@@ -415,7 +437,22 @@ async function runRounds(tools: Tools, setup: Setup, profile: Profile, results: 
   for (let round = 1; round <= profile.rounds; round++) {
     const tag = `[round ${round}/${profile.rounds}]`;
     for (const p of PIPELINES) {
-      for (const target of setup.targets) record(results.passThrough[p], target.name, await benchmarkRun(tools, profile, tag, p, target));
+      for (const target of setup.targets) {
+        const run = (): Promise<BenchmarkResult> => benchmarkRun(tools, profile, tag, p, target);
+        const hop = setup.hops[target.name];
+        if (hop === undefined) {
+          record(results.passThrough[p], target.name, await run());
+          continue;
+        }
+        // Every request of the run: -n of each of its tests.
+        const [r, cpu] = await withCpu(hop, requestsOf(profile, p, false) * TESTS.length, run);
+        record(results.passThrough[p], target.name, r);
+        record(results.cpu[p], target.name, cpu);
+        const us = (v: number): string => v.toFixed(v < 1 ? 3 : 2);
+        log(
+          `${tag}   CPU of ${target.name}: ${us(cpu.user)} µs user, ${us(cpu.system)} µs system per request (${cpu.seconds.toFixed(1)} s of CPU)`,
+        );
+      }
     }
     for (const p of PIPELINES) {
       for (const target of setup.lockTargets) record(results.lock[p], target.name, await lockRun(profile, tag, p, target));

@@ -2,9 +2,10 @@
  * The processes a bench run needs, and their clean-up.
  *
  * One redis-server, and in front of it the proxy (`node dist/cli.js`, its own
- * process so /proc/<pid>/status shows its memory alone), HAProxy in TCP mode
- * (an L4 baseline) and nutcracker (twemproxy, an L7 Redis proxy); with
- * `--baseline DIR`, also another checkout's build of the proxy. Everything
+ * process so /proc/<pid>/status shows its memory alone, and /proc/<pid>/stat
+ * its CPU), HAProxy in TCP mode (an L4 baseline), nutcracker (twemproxy, an
+ * L7 Redis proxy) and a bare Node relay (relay.ts); with `--baseline DIR`,
+ * also another checkout's build of the proxy. Everything
  * listens on loopback on ports the OS picked. Every child goes into one
  * registry, so SIGINT or an error anywhere stops all of them (the Redis
  * Cluster of the cluster part too, see cluster.ts).
@@ -27,12 +28,13 @@ import { ReplyCounter } from './resp-counter.js';
 
 export const HOST = '127.0.0.1';
 
-export type TargetName = 'direct' | 'proxy' | 'baseline' | 'script' | 'haproxy' | 'nutcracker';
+export type TargetName = 'direct' | 'proxy' | 'baseline' | 'script' | 'haproxy' | 'nutcracker' | 'relay';
 /**
  * The targets of the pass-through and latency loads. 'baseline' is the proxy
  * as built in another checkout (--baseline DIR); it runs only when asked for.
+ * 'relay' is a bare Node relay (relay.ts): the floor of what Node costs.
  */
-export const TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'haproxy', 'nutcracker'];
+export const TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'haproxy', 'nutcracker', 'relay'];
 /** The targets of the lock load: also the proxy with --lock-method script ('script'); nutcracker cannot carry MULTI. */
 export const LOCK_TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'script', 'haproxy'];
 
@@ -435,6 +437,15 @@ export async function startNutcracker(bin: string, redisPort: number, dir: strin
   const nutcracker = spawnTracked('nutcracker', bin, args, port);
   await waitReady(nutcracker, port);
   return nutcracker;
+}
+
+/** The bare Node relay (relay.ts, compiled next to this file) in front of Redis. */
+export async function startRelay(redisPort: number): Promise<Managed> {
+  const port = await freePort();
+  const script = fileURLToPath(new URL('./relay.js', import.meta.url));
+  const relay = spawnTracked('node relay', process.execPath, [script, String(port), String(redisPort)], port);
+  await waitReady(relay, port);
+  return relay;
 }
 
 /**

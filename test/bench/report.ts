@@ -5,6 +5,7 @@
  * the proxy), and a PASS/FAIL line per target of the issue.
  */
 import { bypassing, MASTERS, NODES, type Routing } from './cluster.js';
+import type { CpuPerRequest } from './cpu.js';
 import type { LatencyResult } from './latency.js';
 import type { LockLoadResult } from './lock-load.js';
 import type { IdleResult, ProcMemory, StreamResult } from './memory.js';
@@ -36,6 +37,8 @@ export interface ClusterResults extends LoadResults {
 
 /** Every raw figure, one array entry per round. */
 export interface Results extends LoadResults {
+  /** CPU per request of each hop's process during the pass-through runs (cpu.ts). */
+  cpu: Record<Pipeline, PerTarget<CpuPerRequest[]>>;
   latency: PerTarget<LatencyResult[]>;
   memory: {
     /** The load proxy after all rounds: how much the loads themselves took. */
@@ -51,6 +54,7 @@ const emptyLoads = (): LoadResults => ({ passThrough: { p1: {}, p16: {} }, lock:
 export function emptyResults(): Results {
   return {
     ...emptyLoads(),
+    cpu: { p1: {}, p16: {} },
     latency: {},
     memory: { afterLoads: null, idle: null, stream: null },
     cluster: { ...emptyLoads(), routing: {}, missing: null },
@@ -69,7 +73,15 @@ export interface LoadMedians {
   lock: Record<Pipeline, PerTarget<number>>;
 }
 
+/** µs per request, each the median over the rounds (total: the median of user + system). */
+export interface CpuMedian {
+  user: number;
+  system: number;
+  total: number;
+}
+
 export interface Medians extends LoadMedians {
+  cpu: Record<Pipeline, PerTarget<CpuMedian>>;
   latency: PerTarget<LatencyMedian>;
   cluster: LoadMedians;
 }
@@ -113,8 +125,14 @@ function loadMedians(results: LoadResults): LoadMedians {
 }
 
 export function computeMedians(results: Results): Medians {
+  const cpu = (runs: CpuPerRequest[]): CpuMedian => ({
+    user: median(runs.map((r) => r.user)),
+    system: median(runs.map((r) => r.system)),
+    total: median(runs.map((r) => r.user + r.system)),
+  });
   return {
     ...loadMedians(results),
+    cpu: { p1: mapTargets(results.cpu.p1, cpu), p16: mapTargets(results.cpu.p16, cpu) },
     latency: mapTargets(results.latency, (runs) => ({
       p50: median(runs.map((r) => r.p50)),
       p99: median(runs.map((r) => r.p99)),
@@ -181,6 +199,9 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
     m.latency.proxy && m.latency.direct ? m.latency.proxy[p] - m.latency.direct[p] : undefined;
   const proxyOver = (pipeline: Pipeline, peer: TargetName): number | undefined =>
     ratioOf(pt[pipeline].proxy?.geomean, pt[pipeline][peer]?.geomean);
+  const cpuOver = (pipeline: Pipeline, peer: TargetName, part: keyof CpuMedian): number | undefined =>
+    ratioOf(m.cpu[pipeline].proxy?.[part], m.cpu[pipeline][peer]?.[part]);
+  const noBaseline = 'no --baseline (the build before the change)';
   const geo = '(geomean GET/SET/INCR)';
   return [
     check(`pass-through P16 >= 0.9x HAProxy ${geo}`, proxyOver('p16', 'haproxy'), '>=', 0.9, times, noPeer('haproxy')),
@@ -192,6 +213,10 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
     check('added latency p99 <= 250 µs', addedLatency('p99'), '<=', 250, micros, 'not measured'),
     memoryCheck('RSS <= 150 MiB with 5,000 idle connections (VmHWM)', results.memory.idle, (v) => v.after.hwm, '<=', 150),
     memoryCheck('RSS growth < 64 MiB streaming 256 MiB to a slow reader', results.memory.stream, (v) => v.growth, '<', 64),
+    check('CPU per request P1 (user + system) <= 1.15x HAProxy', cpuOver('p1', 'haproxy', 'total'), '<=', 1.15, times, noPeer('haproxy')),
+    check('CPU per request P16 (user + system) <= 1.3x HAProxy', cpuOver('p16', 'haproxy', 'total'), '<=', 1.3, times, noPeer('haproxy')),
+    check('user CPU per request P1 <= 0.5x baseline', cpuOver('p1', 'baseline', 'user'), '<=', 0.5, times, noBaseline),
+    check('user CPU per request P16 <= 0.5x baseline', cpuOver('p16', 'baseline', 'user'), '<=', 0.5, times, noBaseline),
   ];
 }
 
@@ -281,6 +306,9 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
   out.push(table(['load', ...targets, 'proxy/direct', 'proxy/haproxy', 'proxy/nutcracker', ...vsBaseline], ptRows));
 
   out.push('');
+  out.push(...renderCpu(results, m, ctx, rounds));
+
+  out.push('');
   out.push(
     `Lock acquisition: ${ctx.lockConnections} connections, 1 request in 5 a Stalwart lock block (counted as 1), requests/s, ${rounds}`,
   );
@@ -358,6 +386,49 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
   const width = Math.max(...verdicts.map((v) => v.target.length));
   for (const v of verdicts) out.push(`  ${v.status.padEnd(4)}  ${v.target.padEnd(width)}  ${v.detail}`);
   return out.join('\n');
+}
+
+const cpuFigure = (v: number): string => v.toFixed(v < 1 ? 3 : 2);
+
+/**
+ * CPU per request of each hop's process (every target but direct) during the pass-through runs,
+ * as ratios to HAProxy's; with --baseline, also against the build before; with the relay, what the
+ * proxy costs above a bare Node relay.
+ */
+function renderCpu(results: Results, m: Medians, ctx: ReportContext, rounds: string): string[] {
+  const hops = targetColumns(TARGET_NAMES, ctx).filter((name) => name !== 'direct');
+  const measured = PIPELINES.flatMap((p) => Object.values(results.cpu[p]).flat());
+  const least = measured.length > 0 ? Math.min(...measured.map((r) => r.seconds)) : 0;
+  const out = [
+    `CPU per request of each hop's process, µs, over the pass-through runs (GET, SET and INCR together), ${rounds}`,
+    '  (utime and stime of /proc/<pid>/stat, all threads, read before and after each redis-benchmark run and divided by',
+    `   its requests; they count in 10 ms ticks, and the kernel splits user from system by sampling at its timer tick,`,
+    `   so a figure made from S seconds of CPU is good to about 10 ms / S: the least here was ${least.toFixed(1)} s)`,
+  ];
+  const peers = hops.filter((name) => name !== 'haproxy');
+  const overHaproxy = peers.map((name) => `${name}/haproxy`);
+  const vsBaseline = ctx.baseline === null ? [] : ['proxy/baseline'];
+  const vsRelay = ctx.absent.relay === undefined ? ['proxy-relay'] : [];
+  const rows = PIPELINES.flatMap((p) =>
+    (['user', 'system', 'total'] as const).map((part) => {
+      const v = (name: TargetName): number | undefined => m.cpu[p][name]?.[part];
+      const ratio = (a: number | undefined, b: number | undefined): string => {
+        const r = ratioOf(a, b);
+        return r === undefined ? '-' : r.toFixed(2);
+      };
+      const proxy = v('proxy');
+      const relay = v('relay');
+      return [
+        `${p.toUpperCase()} ${part}`,
+        ...hops.map((name) => (v(name) !== undefined ? cpuFigure(v(name) as number) : ctx.absent[name] ? 'absent' : 'n/a')),
+        ...peers.map((name) => ratio(v(name), v('haproxy'))),
+        ...(ctx.baseline === null ? [] : [ratio(proxy, v('baseline'))]),
+        ...(vsRelay.length === 0 ? [] : [proxy !== undefined && relay !== undefined ? cpuFigure(proxy - relay) : '-']),
+      ];
+    }),
+  );
+  out.push(table(['load', ...hops, ...overHaproxy, ...vsBaseline, ...vsRelay], rows));
+  return out;
 }
 
 /** redis-benchmark runs a thread per master with --cluster, and a threaded run checks for the end of a test this often. */
