@@ -23,6 +23,7 @@
 import { Buffer } from 'node:buffer';
 import process from 'node:process';
 import { connect, type Target, type TargetName } from './processes.js';
+import { mulberry32 } from './random.js';
 import { ReplyCounter } from './resp-counter.js';
 import { isMain, runWorker, workerMain } from './worker.js';
 
@@ -54,18 +55,6 @@ export function runLatency(options: LatencyOptions): Promise<LatencyResults> {
 const KEY = 'bench:latency';
 const SET = Buffer.from(`*3\r\n$3\r\nSET\r\n$${KEY.length}\r\n${KEY}\r\n$32\r\n${'x'.repeat(32)}\r\n`);
 const REQUESTS = [Buffer.from('*1\r\n$4\r\nPING\r\n'), Buffer.from(`*2\r\n$3\r\nGET\r\n$${KEY.length}\r\n${KEY}\r\n`)];
-
-/** mulberry32: a small seeded generator, so that the visiting orders repeat from run to run. */
-function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Fisher-Yates, in place. */
 function shuffle(order: Int32Array, random: () => number): void {
@@ -109,7 +98,7 @@ async function measure(options: LatencyOptions): Promise<LatencyResults> {
 
   return new Promise<LatencyResults>((resolve, reject) => {
     let step = -1;
-    const random = seededRandom(0x5eed);
+    const random = mulberry32(0x5eed);
     /** The order the current step visits the targets in; the target is order[k]. */
     const order = Int32Array.from(sockets.keys());
     let k = 0;

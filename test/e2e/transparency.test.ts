@@ -12,6 +12,7 @@
  * A failure prints the seed; `TRANSPARENCY_SEED=<n>` runs just that seed.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mulberry32 } from '../bench/random.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { cmd, RawClient, splitFrames } from '../support/resp.js';
@@ -30,18 +31,6 @@ const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.c
 // ---------------------------------------------------------------------------
 // Deterministic PRNG
 // ---------------------------------------------------------------------------
-
-/** mulberry32: 32-bit state, good enough for test input, and the same on every machine. */
-function mulberry32(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 class Rng {
   private readonly next: () => number;
