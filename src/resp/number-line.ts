@@ -64,3 +64,30 @@ export function isPrefixOfNumber(line: NumberLine, n: number): boolean {
   while (prefix >= limit) prefix = Math.floor(prefix / 10);
   return prefix === line.value;
 }
+
+/**
+ * The usual `*` or `$` line, read at once when it is whole in the chunk: 1 to 9 digits, the
+ * first not 0, then CR and the byte after it (which Redis skips unchecked). Anything else (a line
+ * cut by the end of the chunk, a sign, a leading zero, a longer number) is NumberLine's to read,
+ * with all of string2ll's rules. A plain loop: this runs for most request lines.
+ */
+export class ShortNumberLine {
+  /** The number on the line read last. */
+  value = 0;
+
+  /** Reads the line whose digits start at `pos`; returns the offset after it, or -1. */
+  read(buf: Buffer, pos: number): number {
+    const end = buf.length;
+    const last = Math.min(end, pos + 9);
+    let i = pos;
+    let value = 0;
+    for (; i < last; i++) {
+      const d = buf[i] - 0x30;
+      if (d < 0 || d > 9) break;
+      value = value * 10 + d;
+    }
+    if (i === pos || i + 1 >= end || buf[i] !== 0x0d || buf[pos] === 0x30) return -1;
+    this.value = value;
+    return i + 2;
+  }
+}

@@ -31,6 +31,14 @@ const enum LineKind {
   Attribute,
 }
 
+/** The kind of line each type byte starts; -1 for a byte that starts no reply. */
+const LINE_KINDS = new Int8Array(256).fill(-1);
+for (const type of '+-:_,#(') LINE_KINDS[type.charCodeAt(0)] = LineKind.Simple; // string, error, integer, null, double, boolean, big number
+for (const type of '$!=') LINE_KINDS[type.charCodeAt(0)] = LineKind.Length; // bulk string, bulk error, verbatim string
+for (const type of '*~>') LINE_KINDS[type.charCodeAt(0)] = LineKind.Array; // array, set, push
+LINE_KINDS[0x25] = LineKind.Map; // %
+LINE_KINDS[0x7c] = LineKind.Attribute; // |
+
 export class ReplyScanner {
   /** Top-level non-push replies completed by the last `scan()` call. */
   replies = 0;
@@ -177,71 +185,36 @@ export class ReplyScanner {
   }
 
   /**
-   * The offset after the reply at `pos` when it is a simple line (`+ - : _ , # (`) or a bulk
-   * string with its body (`$`), all in `buf`; otherwise -1, and scan() reads it a byte at a time.
-   * The byte after each CR is skipped unchecked, as the byte-wise path does.
+   * The offset after the reply at `pos` when it is a simple line or a length-prefixed string
+   * with its body, all in `buf`; otherwise -1, and scan() reads it a byte at a time. The byte
+   * after each CR is skipped unchecked, as the byte-wise path does.
    */
   private wholeReply(buf: Buffer, pos: number, end: number): number {
-    const type = buf[pos];
+    const kind = LINE_KINDS[buf[pos]];
     let i = pos + 1;
-    switch (type) {
-      case 0x2b: // +
-      case 0x2d: // -
-      case 0x3a: // :
-      case 0x5f: // _
-      case 0x2c: // ,
-      case 0x23: // #
-      case 0x28: // (
-        while (i < end && buf[i] !== 0x0d) i++;
-        return i + 1 < end ? i + 2 : -1;
-      case 0x24: {
-        // $
-        let length = 0;
-        for (; i < end; i++) {
-          const d = buf[i] - 0x30;
-          if (d < 0 || d > 9) break;
-          length = length * 10 + d;
-        }
-        if (i === pos + 1 || i >= end || buf[i] !== 0x0d) return -1; // $-1, or the line goes on in the next chunk
-        const after = i + 2 + length + 2;
-        return after <= end ? after : -1;
-      }
-      default:
-        return -1;
+    if (kind === LineKind.Simple) {
+      while (i < end && buf[i] !== 0x0d) i++;
+      return i + 1 < end ? i + 2 : -1;
     }
+    if (kind !== LineKind.Length) return -1;
+    let length = 0;
+    for (; i < end; i++) {
+      const d = buf[i] - 0x30;
+      if (d < 0 || d > 9) break;
+      length = length * 10 + d;
+    }
+    if (i === pos + 1 || i >= end || buf[i] !== 0x0d) return -1; // a null (-1), or the line goes on in the next chunk
+    const after = i + 2 + length + 2;
+    return after <= end ? after : -1;
   }
 
   private readType(type: number): boolean {
-    switch (type) {
-      case 0x2b: // + simple string
-      case 0x2d: // - error
-      case 0x3a: // : integer
-      case 0x5f: // _ null
-      case 0x2c: // , double
-      case 0x23: // # boolean
-      case 0x28: // ( big number
-        this.kind = LineKind.Simple;
-        break;
-      case 0x24: // $ bulk string
-      case 0x21: // ! bulk error
-      case 0x3d: // = verbatim string
-        this.kind = LineKind.Length;
-        break;
-      case 0x2a: // * array
-      case 0x7e: // ~ set
-      case 0x3e: // > push
-        this.kind = LineKind.Array;
-        break;
-      case 0x25: // % map
-        this.kind = LineKind.Map;
-        break;
-      case 0x7c: // | attribute
-        this.kind = LineKind.Attribute;
-        break;
-      default:
-        this.error = `unexpected reply type byte 0x${type.toString(16).padStart(2, '0')}`;
-        return false;
+    const kind = LINE_KINDS[type];
+    if (kind < 0) {
+      this.error = `unexpected reply type byte 0x${type.toString(16).padStart(2, '0')}`;
+      return false;
     }
+    this.kind = kind;
     this.state = State.Line;
     this.number = 0;
     this.negative = false;

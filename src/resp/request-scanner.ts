@@ -20,7 +20,7 @@
  * The scanner is resumable at any byte: TCP may split a frame anywhere.
  */
 import { argsNeeded, classifyCommand, Cmd, MAX_CLASSIFIED_NAME } from './commands.js';
-import { isPrefixOfNumber, NumberLine } from './number-line.js';
+import { isPrefixOfNumber, NumberLine, ShortNumberLine } from './number-line.js';
 
 /** Redis's PROTO_INLINE_MAX_SIZE: longest inline request or count line it accepts. */
 export const MAX_LINE = 64 * 1024;
@@ -94,6 +94,8 @@ export class RequestScanner {
 
   private state = State.FrameStart;
   private readonly line = new NumberLine();
+  /** The usual count and length lines, read at once. */
+  private readonly shortLine = new ShortNumberLine();
   private readonly name = Buffer.allocUnsafe(MAX_CLASSIFIED_NAME);
   private nameLength = 0;
   private argIndex = 0;
@@ -111,8 +113,6 @@ export class RequestScanner {
   private inToken = false;
   /** A NUL was seen on this inline line: Redis reads no further. */
   private inlineCut = false;
-  /** Where the line read by shortLine() ends. */
-  private lineEnd = 0;
 
   /** True when the scanner is between frames. */
   get atFrameBoundary(): boolean {
@@ -182,11 +182,11 @@ export class RequestScanner {
         case State.FrameStart:
           this.startFrame(pos);
           if (buf[pos] === 0x2a /* * */) {
-            const count = this.shortLine(buf, pos + 1, end);
-            if (count > 0) {
+            const after = this.shortLine.read(buf, pos + 1);
+            if (after > 0) {
               // The usual frame head, read at once.
-              pos = this.lineEnd;
-              this.argc = count;
+              pos = after;
+              this.argc = this.shortLine.value;
               this.argIndex = 0;
               this.state = State.Dollar;
               break;
@@ -229,10 +229,10 @@ export class RequestScanner {
 
         case State.Dollar: {
           if (buf[pos] !== 0x24 /* $ */) return this.fail(pos, `expected '$', got '${String.fromCharCode(buf[pos])}'`);
-          const length = this.shortLine(buf, pos + 1, end);
-          if (length > 0) {
-            pos = this.lineEnd;
-            this.startBody(length);
+          const after = this.shortLine.read(buf, pos + 1);
+          if (after > 0) {
+            pos = after;
+            this.startBody(this.shortLine.value);
             if (this.event !== 0) return pos;
             break;
           }
@@ -253,21 +253,6 @@ export class RequestScanner {
         }
 
         case State.Body: {
-          if (end - pos >= this.bodyLeft + 2) {
-            // The rest of the body and its CRLF are here: read at once.
-            const target = this.captureTarget;
-            if (target !== null) {
-              for (let i = 0; i < this.bodyLeft; i++) target[this.captured + i] = buf[pos + i];
-              this.captured += this.bodyLeft;
-            }
-            pos += this.bodyLeft + 2;
-            this.bodyLeft = 0;
-            this.finishArgument();
-            if (this.argIndex === this.argc) return this.finishFrame(pos, this.headReported ? END : HEAD | END);
-            this.state = State.Dollar;
-            if (this.event !== 0) return pos;
-            break;
-          }
           const n = Math.min(this.bodyLeft, end - pos);
           if (this.captureTarget !== null) {
             // Captures are a few bytes: a plain loop beats Buffer#copy's call overhead.
@@ -311,26 +296,6 @@ export class RequestScanner {
       }
     }
     return pos;
-  }
-
-  /**
-   * The number on a `*` or `$` line whose digits start at `pos`, when it is short and whole in
-   * `buf`: 1 to 9 digits, the first not 0, then CR and the byte after it (which Redis skips
-   * unchecked). `lineEnd` is then the offset after the line. Otherwise -1, and the line is read
-   * byte by byte (NumberLine, with all of string2ll's rules).
-   */
-  private shortLine(buf: Buffer, pos: number, end: number): number {
-    let value = 0;
-    let i = pos;
-    const last = Math.min(end - 1, pos + 9); // room for the CR's next byte
-    for (; i < last; i++) {
-      const d = buf[i] - 0x30;
-      if (d < 0 || d > 9) break;
-      value = value * 10 + d;
-    }
-    if (i === pos || i >= last || buf[i] !== 0x0d || buf[pos] === 0x30) return -1;
-    this.lineEnd = i + 2;
-    return value;
   }
 
   private startFrame(pos: number): void {
