@@ -117,22 +117,31 @@ describe('ReplyStream', () => {
   });
 
   describe('in cluster mode, a redirect to a node not known yet', () => {
-    /** Redirects to 10.0.0.9 wait until `settle()`; then they name the proxy, as a refresh that learned the node would. */
-    function waitingRewrite(): { rewrite: (line: Buffer) => Buffer | null | PendingRedirect; settle: () => Promise<void> } {
+    /**
+     * A stream whose redirects to 10.0.0.9 wait until `settle()`; then they name the proxy, as a
+     * refresh that learned the node would.
+     */
+    function waitingStream(): { port: FakePort; stream: ReplyStream; settle: () => Promise<void> } {
       let release!: () => void;
       const checked = new Promise<void>((resolve) => (release = resolve));
+      const rewrite = (line: Buffer): Buffer | null | PendingRedirect => {
+        const text = line.toString('latin1');
+        if (!/^-(MOVED|ASK) /.test(text)) return null;
+        return { checked, answer: () => Buffer.from(text.replace(/\S+:\d+/, 'proxy:7001'), 'latin1') };
+      };
+      const port = new FakePort();
       return {
-        rewrite: (line: Buffer): Buffer | null | PendingRedirect => {
-          const text = line.toString('latin1');
-          if (!/^-(MOVED|ASK) /.test(text)) return null;
-          return { checked, answer: () => Buffer.from(text.replace(/\S+:\d+/, 'proxy:7001'), 'latin1') };
-        },
+        port,
+        stream: new ReplyStream(port, rewrite),
         settle: async () => {
           release();
           await new Promise((resolve) => setImmediate(resolve));
         },
       };
     }
+
+    /** A bulk string reply of `size` bytes. */
+    const bulk = (size: number): string => `$${size}\r\n${'v'.repeat(size)}\r\n`;
 
     const TEXT = '+A\r\n*3\r\n:1\r\n-ASK 2 10.0.0.9:6380\r\n$1\r\nx\r\n-MOVED 1 10.0.0.9:6379\r\n+B\r\n';
     const BEFORE = '+A\r\n*3\r\n:1\r\n';
@@ -141,9 +150,7 @@ describe('ReplyStream', () => {
     it('holds it and every byte after it, in order, however the bytes are split, until the check settles', async () => {
       await fc.assert(
         fc.asyncProperty(fc.array(fc.integer({ min: 1, max: TEXT.length - 1 }), { maxLength: 5 }), async (cuts) => {
-          const port = new FakePort();
-          const { rewrite, settle } = waitingRewrite();
-          const stream = new ReplyStream(port, rewrite);
+          const { port, stream, settle } = waitingStream();
           stream.expect(3);
           feed(stream, TEXT, cuts);
           expect(port.client).toBe(BEFORE);
@@ -157,9 +164,7 @@ describe('ReplyStream', () => {
     });
 
     it('also once replies are no longer counted', async () => {
-      const port = new FakePort();
-      const { rewrite, settle } = waitingRewrite();
-      const stream = new ReplyStream(port, rewrite);
+      const { port, stream, settle } = waitingStream();
       stream.stopCounting();
       feed(stream, TEXT);
       expect(port.client).toBe(BEFORE);
@@ -168,9 +173,7 @@ describe('ReplyStream', () => {
     });
 
     it('goes out when Redis closes the connection, without waiting any longer', () => {
-      const port = new FakePort();
-      const { rewrite } = waitingRewrite();
-      const stream = new ReplyStream(port, rewrite);
+      const { port, stream } = waitingStream();
       stream.expect(3);
       feed(stream, TEXT);
       stream.flush();
@@ -179,10 +182,8 @@ describe('ReplyStream', () => {
     });
 
     it('goes out once more than 1 MiB waits behind it', () => {
-      const port = new FakePort();
-      const { rewrite } = waitingRewrite();
-      const stream = new ReplyStream(port, rewrite);
-      const big = `$${1024 * 1024}\r\n${'v'.repeat(1024 * 1024)}\r\n`;
+      const { port, stream } = waitingStream();
+      const big = bulk(1024 * 1024);
       stream.expect(3);
       feed(stream, `-MOVED 1 10.0.0.9:6379\r\n+A\r\n`);
       expect(port.client).toBe('');
@@ -191,10 +192,8 @@ describe('ReplyStream', () => {
     });
 
     it('lets a later redirect in what waited wait in turn, keeping the order when the size limit ends both waits', () => {
-      const port = new FakePort();
-      const { rewrite } = waitingRewrite();
-      const stream = new ReplyStream(port, rewrite);
-      const half = `$${600 * 1024}\r\n${'v'.repeat(600 * 1024)}\r\n`;
+      const { port, stream } = waitingStream();
+      const half = bulk(600 * 1024);
       stream.expect(5);
       feed(stream, '-MOVED 1 10.0.0.9:6379\r\n');
       feed(stream, `-MOVED 2 10.0.0.9:6379\r\n${half}`);
@@ -206,9 +205,7 @@ describe('ReplyStream', () => {
     });
 
     it('sends nothing once the client is gone', async () => {
-      const port = new FakePort();
-      const { rewrite, settle } = waitingRewrite();
-      const stream = new ReplyStream(port, rewrite);
+      const { port, stream, settle } = waitingStream();
       stream.expect(3);
       feed(stream, TEXT);
       port.clientGone = true;

@@ -9,7 +9,7 @@
  * - `required` (CI): they run, and a missing engine fails them;
  * - `off`: they are skipped.
  */
-import { execFile, type ExecFileException } from 'node:child_process';
+import { execFile, type ExecFileException, type ExecFileOptionsWithStringEncoding } from 'node:child_process';
 
 export type ContainerTestsMode = 'auto' | 'required' | 'off';
 
@@ -104,19 +104,19 @@ export interface ExecOptions {
   cwd?: string;
 }
 
+/** What exec and execStatus give execFile: the default timeout, room for a build's output, and the caller's environment and folder. */
+function execFileOptions(opts: ExecOptions): ExecFileOptionsWithStringEncoding {
+  return { timeout: opts.timeoutMs ?? 600_000, maxBuffer: 64 * 1024 * 1024, env: opts.env ?? process.env, cwd: opts.cwd };
+}
+
 /** Runs a command; rejects with its command line, exit status and standard error when it fails. */
 export function exec(command: string, args: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   return new Promise((resolve, reject) => {
-    execFile(
-      command,
-      args,
-      { timeout: opts.timeoutMs ?? 600_000, maxBuffer: 64 * 1024 * 1024, env: opts.env ?? process.env, cwd: opts.cwd },
-      (err: ExecFileException | null, stdout, stderr) => {
-        if (!err) return resolve({ stdout, stderr });
-        const status = err.killed ? `killed (${err.signal ?? 'timeout'})` : `exit ${err.code}`;
-        reject(new Error(`\`${[command, ...args].join(' ')}\`: ${status}\n${tail(stderr || stdout)}`, { cause: err }));
-      },
-    );
+    execFile(command, args, execFileOptions(opts), (err: ExecFileException | null, stdout, stderr) => {
+      if (!err) return resolve({ stdout, stderr });
+      const status = err.killed ? `killed (${err.signal ?? 'timeout'})` : `exit ${err.code}`;
+      reject(new Error(`\`${[command, ...args].join(' ')}\`: ${status}\n${tail(stderr || stdout)}`, { cause: err }));
+    });
   });
 }
 
@@ -128,15 +128,10 @@ export interface ExitStatus extends ExecResult {
 /** Runs a command and resolves with how it ended, whatever that was (it rejects only if it cannot start). */
 export function execStatus(command: string, args: string[], opts: ExecOptions = {}): Promise<ExitStatus> {
   return new Promise((resolve, reject) => {
-    execFile(
-      command,
-      args,
-      { timeout: opts.timeoutMs ?? 600_000, maxBuffer: 64 * 1024 * 1024, env: opts.env ?? process.env, cwd: opts.cwd },
-      (err: ExecFileException | null, stdout, stderr) => {
-        if (err && typeof err.code !== 'number' && !err.killed) return reject(err);
-        resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, stdout, stderr });
-      },
-    );
+    execFile(command, args, execFileOptions(opts), (err: ExecFileException | null, stdout, stderr) => {
+      if (err && typeof err.code !== 'number' && !err.killed) return reject(err);
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, stdout, stderr });
+    });
   });
 }
 
