@@ -16,7 +16,7 @@ import { Session } from '../src/session/session.js';
 import { Stats } from '../src/stats.js';
 import { RefusalLog } from '../src/upstream/refusal-log.js';
 import type { UpstreamConnector } from '../src/upstream/connect.js';
-import { parseUpstreamUrl } from '../src/upstream/target.js';
+import { parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
 import { memorySocketPair, Received, type MemorySocket } from './support/memory-socket.js';
 import { cmd } from './support/resp.js';
 import { attemptReplies, lockAttempt } from './support/stalwart.js';
@@ -36,6 +36,7 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
   const target = parseUpstreamUrl(url);
   const upstream = {
     target,
+    setup: setupCommands(target),
     describe: () => target.display,
     connect: () => {
       setImmediate(() => proxyBack.emit('connect'));

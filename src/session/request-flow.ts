@@ -7,8 +7,8 @@
  *
  * When replies cannot be counted (subscribe mode, MONITOR, CLIENT REPLY, REPLCONF, replication,
  * malformed input) the connection becomes a plain pipe. A RESET ends such a pipe, as it ends all
- * of that in Redis, except after replication or malformed input; where the upstream URL has
- * AUTH/SELECT, frames are therefore still found in the pipe, to apply them again after a RESET.
+ * of that in Redis, except after replication or malformed input; frames are therefore still found
+ * in the pipe, to count replies again after a RESET and apply the upstream URL's AUTH/SELECT again.
  */
 import type { NodeReplies } from '../cluster/node-replies.js';
 import { joined, LockBlocks, type LockBlockPort } from '../lock/block-flow.js';
@@ -17,7 +17,6 @@ import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
 import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
 import { WholeFrameReader } from '../resp/whole-frame.js';
-import { setupCommands } from '../upstream/target.js';
 import { countedApart, namesVerifyConnection } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
@@ -75,8 +74,9 @@ export class RequestFlow implements LockBlockPort {
   /** Bytes are forwarded without being interpreted (a plain pipe). */
   piping = false;
   /**
-   * In the pipe, frames are still found to see a RESET: the upstream URL's AUTH/SELECT must
-   * follow it. Only where the URL has them, and the pipe is one a RESET ends.
+   * In the pipe, frames are still found to see a RESET: lock blocks are fixed again after it, and
+   * the upstream URL's AUTH/SELECT follow it. Not in a pipe a RESET cannot end, nor in a pipe
+   * without rules whose URL has no AUTH/SELECT (a RESET changes nothing the proxy does there).
    */
   private resetEndsPipe = false;
   /** The pipe stays after a RESET: the connection was opened while no rule was loaded. */
@@ -329,7 +329,8 @@ export class RequestFlow implements LockBlockPort {
    */
   enterPipe(resettable: boolean): void {
     this.piping = true;
-    this.resetEndsPipe = resettable && setupCommands(this.ctx.upstream.target).length > 0;
+    // A RESET matters where lock blocks may follow it, or the URL's AUTH/SELECT must.
+    this.resetEndsPipe = resettable && (!this.pipeWithoutRules || this.ctx.upstream.setup.length > 0);
     this.blocks.stopTimer();
     // Replies stop being counted, unless a reply of the proxy's own is still due: then after it.
     this.replies.stopCounting();
@@ -337,8 +338,8 @@ export class RequestFlow implements LockBlockPort {
 
   /**
    * A chunk (from `from`) of a plain pipe goes upstream as it is. Where a RESET ends the pipe, the
-   * scanner goes on finding frames from `pos`: RESET logs the connection out and selects db 0, so
-   * the upstream URL's AUTH/SELECT follow it, and the replies are counted again from its +RESET.
+   * scanner goes on finding frames from `pos`: the replies are counted again from its +RESET, and
+   * as RESET logs the connection out and selects db 0, the upstream URL's AUTH/SELECT follow it.
    */
   private pipeChunk(chunk: Buffer, from: number, pos: number): void {
     const scanner = this.scanner;
@@ -353,21 +354,28 @@ export class RequestFlow implements LockBlockPort {
       // A one-argument frame reports its head and end at once.
       if ((event & END) !== 0 && (event & HEAD) !== 0 && scanner.cmd === Cmd.Reset && scanner.argc === 1) {
         this.port.writeUpstream(chunk.subarray(from, pos));
-        this.resetFromPipe();
-        if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
+        const setupSent = this.resetFromPipe();
+        if (pos === chunk.length) return;
+        // After the URL's AUTH/SELECT, the rest waits for their replies; without them it is read now.
+        if (setupSent) this.port.stall(chunk.subarray(pos));
+        else this.process(chunk.subarray(pos));
         return;
       }
     }
     this.port.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
   }
 
-  /** A RESET went upstream while the connection was a pipe: the state is Redis's initial one again. */
-  private resetFromPipe(): void {
+  /**
+   * A RESET went upstream while the connection was a pipe: the state is Redis's initial one again.
+   * Returns whether the URL's AUTH/SELECT went after it.
+   */
+  private resetFromPipe(): boolean {
     this.tx.frame(this.scanner); // out of any transaction, nothing watched
     this.replies.countAgainAfterReset();
-    this.port.startSetup();
+    const setupSent = this.port.startSetup();
     if (this.pipeWithoutRules)
       this.replies.stopCounting(); // still a pipe, once the setup's replies are in
     else this.piping = false;
+    return setupSent;
   }
 }

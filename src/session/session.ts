@@ -16,7 +16,6 @@ import { formatAddress } from '../address.js';
 import { NodeReplies } from '../cluster/node-replies.js';
 import type { Logger } from '../log.js';
 import { retained } from '../upstream/read-buffer.js';
-import { setupCommands } from '../upstream/target.js';
 import type { ProxyContext } from './context.js';
 import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
 import { RequestFlow, type RequestFlowPort } from './request-flow.js';
@@ -123,7 +122,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** Sends AUTH/SELECT from the upstream URL, if any; client bytes wait for their replies. Returns true if sent. */
   startSetup(): boolean {
-    const commands = setupCommands(this.ctx.upstream.target);
+    const commands = this.ctx.upstream.setup;
     if (commands.length === 0) return false;
     this.awaiting = 'setup';
     for (const command of commands) {

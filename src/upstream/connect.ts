@@ -8,7 +8,7 @@ import tls from 'node:tls';
 import { formatAddress } from '../address.js';
 import type { UpstreamTls } from '../config.js';
 import { readBuffer } from './read-buffer.js';
-import type { UpstreamTarget } from './target.js';
+import { setupCommands, type UpstreamTarget } from './target.js';
 
 export interface UpstreamSocket {
   readonly socket: net.Socket;
@@ -37,11 +37,16 @@ export interface UpstreamLocator {
 }
 
 export class UpstreamConnector {
+  /** The URL's AUTH and SELECT, sent first on every connection (and again after a RESET). */
+  readonly setup: readonly Buffer[];
+
   constructor(
     readonly target: UpstreamTarget,
     private readonly tlsOptions: UpstreamTls | null,
     private readonly locator: UpstreamLocator | null = null,
-  ) {}
+  ) {
+    this.setup = setupCommands(target);
+  }
 
   /** For logs and error replies: the URL (password masked), or the sentinel or cluster setup. */
   describe(): string {

@@ -5,14 +5,13 @@
 import { encodeCommand } from '../resp/encode.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
 import type { UpstreamConnector } from './connect.js';
-import { setupCommands } from './target.js';
 
 const PING = encodeCommand('PING');
 
 export function probeUpstream(connector: UpstreamConnector, timeoutMs: number): Promise<{ ok: boolean; detail: string }> {
   return new Promise((resolve) => {
     const { socket, address } = connector.connect();
-    const commands = [...setupCommands(connector.target), PING];
+    const commands = [...connector.setup, PING];
     let received = Buffer.alloc(0);
     const finish = (ok: boolean, detail: string): void => {
       clearTimeout(timer);

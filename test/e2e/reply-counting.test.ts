@@ -111,6 +111,26 @@ describe('RESET once the connection is a plain pipe', () => {
   });
 });
 
+describe('RESET once the connection is a plain pipe, with a URL without AUTH or SELECT', () => {
+  for (const [name, pipe] of [
+    ['SUBSCRIBE', cmd('SUBSCRIBE', 'ch')],
+    ['CLIENT REPLY OFF', cmd('CLIENT', 'REPLY', 'OFF')],
+  ] as const) {
+    it(`after ${name}, lock blocks are fixed again, the rest of the chunk included`, async () => {
+      const key = taskLockKey(32n);
+      await call('DEL', key);
+      const client = await RawClient.connect(env.proxy.port);
+      client.write(Buffer.concat([pipe, cmd('RESET'), lockAttempt(key, 600), cmd('PEXPIRE', key, '5000')]));
+      const before = name === 'SUBSCRIBE' ? 1 : 0;
+      const replies = (await client.readReplies(before + 1 + 4 + 1)).toString('latin1');
+      expect(replies.endsWith('+RESET\r\n' + attemptReplies(1, 1) + ':1\r\n')).toBe(true);
+      client.write(lockAttempt(key, 600));
+      expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
+      await client.close();
+    });
+  }
+});
+
 describe('EXEC that Redis refuses still ends the transaction', () => {
   it('-BUSY on EXEC (a script runs long): the next lock block is answered as directly', async () => {
     await call('CONFIG', 'SET', 'busy-reply-threshold', '50');
