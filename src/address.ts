@@ -29,3 +29,8 @@ export function parseAddress(text: string, what = 'listen address'): Address {
   const host = match[1] ?? match[2];
   return { host: host === '' ? '127.0.0.1' : host, port };
 }
+
+/** `::ffff:127.0.0.1` (an IPv4 peer of a dual-stack socket) is 127.0.0.1; any other address as it is. */
+export function unmappedIpv4(address: string): string {
+  return address.replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, '');
+}

@@ -207,7 +207,8 @@ function buildConfig(settings: RawSettings): Config {
 function lockMethodFrom(settings: RawSettings): LockMethodSetting {
   const method = text(settings, 'lock-method') ?? 'auto';
   const known = LOCK_METHOD_SETTINGS.find((setting) => setting === method);
-  if (known === undefined) throw new ConfigError(`lock-method must be one of ${LOCK_METHOD_SETTINGS.join(', ')}, got "${method}"`);
+  if (known === undefined)
+    throw settingError(settings, 'lock-method', `lock-method must be one of ${LOCK_METHOD_SETTINGS.join(', ')}, got "${method}"`);
   return known;
 }
 

@@ -12,7 +12,6 @@ import type { Logger } from './log.js';
 export interface ServiceNotifier {
   /** Sends one notification, such as `READY=1\nSTATUS=...`. */
   send(state: string): void;
-  close(): void;
 }
 
 /** The notifier for NOTIFY_SOCKET, or null when the proxy does not run under Type=notify. */
@@ -42,9 +41,6 @@ export async function serviceNotifier(env: NodeJS.ProcessEnv, log: Logger): Prom
     send(state: string): void {
       const message = Buffer.from(state);
       socket.send(message, 0, message.length, path);
-    },
-    close(): void {
-      socket.close();
     },
   };
 }

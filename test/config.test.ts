@@ -424,6 +424,9 @@ describe('production settings', () => {
     expect(configError(() => run(['--lock-method', 'lua'])).message).toBe(
       'lock-method must be one of auto, transaction, script, got "lua"',
     );
+    expect(configError(() => run([], { REDIS_LOCK_PROXY_LOCK_METHOD: 'lua' })).message).toBe(
+      'REDIS_LOCK_PROXY_LOCK_METHOD: lock-method must be one of auto, transaction, script, got "lua"',
+    );
   });
 
   it('pairs the TLS and sentinel settings, naming what is missing', () => {

@@ -28,6 +28,12 @@ describe('TransactionState', () => {
     expect([tx.inMulti, tx.closed]).toEqual([false, true]);
   });
 
+  it('does not count QUIT inside MULTI as queued: Redis runs it at once', () => {
+    const tx = new TransactionState();
+    feed(tx, Buffer.concat([cmd('MULTI'), cmd('SET', 'a', '1'), cmd('QUIT')]));
+    expect([tx.queued, tx.queuedIndex]).toEqual([1, -1]);
+  });
+
   it('changes nothing on the wrong arity, as Redis refuses those commands before they run', () => {
     const tx = new TransactionState();
     feed(tx, cmd('MULTI', 'x'));

@@ -6,6 +6,7 @@
  */
 import type net from 'node:net';
 import type { TLSSocket } from 'node:tls';
+import { unmappedIpv4 } from '../address.js';
 import { Cmd } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
 import type { TransactionState } from '../session/transaction-state.js';
@@ -110,7 +111,7 @@ export class NodeReplies {
   /** Where this connection's replies point clients: the announce host, or the address the client connected to. */
   private announce(): Announce {
     if (this.announceCache === undefined) {
-      const local = (this.client.localAddress ?? '127.0.0.1').replace(/^::ffff:(?=\d+\.)/, '');
+      const local = unmappedIpv4(this.client.localAddress ?? '127.0.0.1');
       this.announceCache = {
         host: this.cluster.announceHost ?? local,
         upstreamHost: this.upstreamHost,

@@ -98,7 +98,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       this.updateFlow();
     });
     socket.on('timeout', () => this.onUpstreamTimeout());
-    if (readsShared !== true) socket.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
+    if (!readsShared) socket.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
     socket.on('end', () => this.onUpstreamEnd());
     socket.on('error', (err) => this.onUpstreamError(err));
     socket.on('close', () => this.onClose());

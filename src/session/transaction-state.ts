@@ -142,7 +142,15 @@ function isClientReply(scanner: RequestScanner): boolean {
   return scanner.inline || (scanner.argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY));
 }
 
-/** Whether Redis queues `cmd` inside MULTI (the transaction's own commands run at once). */
+/** Whether Redis queues `cmd` inside MULTI: the transaction's own commands, QUIT and RESET run at once (server.c processCommand). */
 function queuedInMulti(cmd: Cmd): boolean {
-  return cmd !== Cmd.Multi && cmd !== Cmd.Exec && cmd !== Cmd.Discard && cmd !== Cmd.Watch && cmd !== Cmd.Reset && cmd !== Cmd.Empty;
+  return (
+    cmd !== Cmd.Multi &&
+    cmd !== Cmd.Exec &&
+    cmd !== Cmd.Discard &&
+    cmd !== Cmd.Watch &&
+    cmd !== Cmd.Quit &&
+    cmd !== Cmd.Reset &&
+    cmd !== Cmd.Empty
+  );
 }

@@ -22,7 +22,7 @@ export interface UpstreamSocket {
    * True when what Redis sends goes to the `receive` given to connect(), read into the shared
    * buffer (read-buffer.ts: valid only during the call); otherwise it comes as 'data' events.
    */
-  readonly readsShared?: boolean;
+  readonly readsShared: boolean;
 }
 
 /** Takes each read's bytes, valid only during the call (read-buffer.ts). */

@@ -7,17 +7,18 @@
 import { lookup } from 'node:dns/promises';
 import net from 'node:net';
 import os from 'node:os';
-import { formatAddress, type Address } from '../address.js';
+import { formatAddress, unmappedIpv4, type Address } from '../address.js';
 import { ConfigError } from '../errors.js';
 import type { UpstreamTarget } from './target.js';
 
 export async function refuseSelfLoop(listen: Address, upstreams: readonly UpstreamTarget[]): Promise<void> {
   if (listen.port === 0) return; // an ephemeral port: no URL can name it in advance
+  let accepted: Set<string> | undefined;
   for (const upstream of upstreams) {
     if (upstream.host === undefined || upstream.port !== listen.port) continue;
-    const accepted = await listenerAddresses(listen.host);
+    const listening = (accepted ??= await listenerAddresses(listen.host));
     const dialled = await addressesOf(upstream.host);
-    if (dialled.some((address) => accepted.has(address))) {
+    if (dialled.some((address) => listening.has(address))) {
       throw new ConfigError(
         `upstream ${upstream.display} is the proxy's own listen address ${formatAddress(listen.host, listen.port)}: ` +
           'every connection would come back through the proxy; point upstream at Redis',
@@ -43,7 +44,7 @@ async function addressesOf(host: string): Promise<string[]> {
   }
 }
 
-/** `::ffff:127.0.0.1` is 127.0.0.1. */
+/** One spelling of an address: IPv4 unmapped, IPv6 in lower case. */
 function normalized(address: string): string {
-  return address.toLowerCase().replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/, '$1');
+  return unmappedIpv4(address).toLowerCase();
 }
