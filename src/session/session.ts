@@ -19,7 +19,7 @@ import { retained } from '../upstream/read-buffer.js';
 import type { ProxyContext } from './context.js';
 import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
 import { RequestFlow, type RequestFlowPort } from './request-flow.js';
-import { WriteBatch } from './write-batch.js';
+import { DeferredWrites, WriteBatch } from './write-batch.js';
 
 let nextSessionId = 1;
 
@@ -58,7 +58,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   /** Replies wait behind a redirect line (with --cluster): reading from Redis pauses. */
   private repliesHeld = false;
   /** Writes made while one chunk is processed leave together. */
-  private readonly toUpstream: WriteBatch;
+  private readonly toUpstream: DeferredWrites;
   private readonly toClient: WriteBatch;
 
   constructor(
@@ -74,7 +74,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.upstream = socket;
     this.upstreamAddress = address;
     // Deferred: what Redis sent before it closed is read before more is written to it (write-batch.ts).
-    this.toUpstream = new WriteBatch(socket, (bytes) => this.sendUpstream(bytes), true);
+    this.toUpstream = new DeferredWrites(socket, (bytes) => this.sendUpstream(bytes));
     const nodes = ctx.cluster ? new NodeReplies(ctx.cluster, client, host, ctx.upstream.target.tls, ctx.stats) : null;
     this.replies = new ReplyStream(this, nodes?.rewriteRedirect ?? null);
     this.requests = new RequestFlow(this, this.replies, ctx, nodes);
@@ -307,12 +307,10 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   /** The proxy's own command is answered: forward what the client sent meanwhile. */
   resumeClient(): void {
     this.awaiting = null;
-    this.toUpstream.begin();
     while (this.awaiting === null && this.stalled.length > 0) {
       const chunk = this.stalled.shift() as Buffer;
       this.requests.process(chunk);
     }
-    this.toUpstream.end();
     if (this.awaiting === null && this.clientEnded) this.finishClientEnd();
     this.updateFlow();
     if (this.draining) this.closeIfDrained();
@@ -355,9 +353,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       this.stalled.push(chunk);
       return;
     }
-    this.toUpstream.begin();
     this.requests.process(chunk);
-    this.toUpstream.end();
   }
 
   // -------------------------------------------------------- server to client
