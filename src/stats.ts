@@ -132,9 +132,13 @@ export class Stats {
    * did not would have released it at once), so such a release is a lock block the fix missed,
    * counted per rule; a MULTI typed by hand (redis-cli waits for its +OK) never names a rule.
    */
-  countRelease(reason: string, rule?: string): void {
+  countRelease(reason: string): void {
     increment(this.releases, reason);
-    if (reason === 'hold-timeout' && rule !== undefined) this.rule(rule).holdTimeouts++;
+  }
+
+  /** A block that had matched `rule` was still incomplete at the hold deadline (released as well). */
+  blockHoldTimedOut(rule: string): void {
+    this.rule(rule).holdTimeouts++;
   }
 
   upstreamConnected(seconds: number): void {

@@ -36,7 +36,7 @@ export class RedirectLines {
   /** The error line in progress was already passed on (it cannot be a redirect). */
   private passed = false;
   /** The redirect that waits for the topology: nothing after it goes to the client before it. */
-  waiting: PendingRedirect | null = null;
+  private pending: PendingRedirect | null = null;
 
   constructor(
     private readonly scanner: ReplyScanner,
@@ -44,6 +44,11 @@ export class RedirectLines {
     private readonly write: (bytes: Buffer) => void,
     private readonly rewrite: RedirectRewrite,
   ) {}
+
+  /** The redirect that waits for the topology, if any. */
+  get waiting(): PendingRedirect | null {
+    return this.pending;
+  }
 
   /**
    * An error line ended at `pos`; `from` is where the bytes of the chunk not
@@ -65,15 +70,20 @@ export class RedirectLines {
     }
     if (start >= 0) this.write(chunk.subarray(from, start));
     if (Buffer.isBuffer(rewritten)) this.write(rewritten);
-    else this.waiting = rewritten;
+    else this.pending = rewritten;
     return pos;
   }
 
   /** Ends the wait: the waiting line goes to the client (see PendingRedirect.answer). */
   release(): void {
-    const waiting = this.waiting as PendingRedirect;
-    this.waiting = null;
+    const waiting = this.pending as PendingRedirect;
+    this.pending = null;
     this.write(waiting.answer());
+  }
+
+  /** Ends the wait with nothing sent: the client is gone. */
+  drop(): void {
+    this.pending = null;
   }
 
   /**

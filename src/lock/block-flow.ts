@@ -154,7 +154,7 @@ export class LockBlocks {
   release(reason: string): void {
     this.stopTimer();
     this.holding = false;
-    this.settings.stats.countRelease(reason, this.matcher.rule?.name);
+    this.settings.stats.countRelease(reason);
     const held = this.held;
     this.held = [];
     this.port.writeUpstream(joined(held));
@@ -189,7 +189,10 @@ export class LockBlocks {
 
   private onHoldTimeout(): void {
     this.holdTimer = undefined;
-    if (this.holding) this.release('hold-timeout');
+    if (!this.holding) return;
+    const rule = this.matcher.rule;
+    if (rule !== undefined) this.settings.stats.blockHoldTimedOut(rule.name);
+    this.release('hold-timeout');
   }
 
   /** Sends a complete block the connection's way; true when the client must wait for the script. */
@@ -213,17 +216,14 @@ export class LockBlocks {
     this.replies.capture((reply) => {
       const version = methodFromHello(reply);
       this.method = version.method;
-      if (version.method !== null) {
-        this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
-      }
+      this.askAgain(block);
       if (version.method === null) {
         // Not authenticated: Redis refuses the block itself, as it would without the proxy.
         this.settings.stats.countRelease('not-authenticated');
-        this.askAgain(block);
         this.port.writeUpstream(block.bytes);
         this.port.blockSent(BLOCK_FRAMES, true);
       } else {
-        this.askAgain(block);
+        this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
         if (this.send(block)) return; // the script's reply resumes the client
       }
       this.port.resumeClient();

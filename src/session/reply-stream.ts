@@ -214,7 +214,7 @@ export class ReplyStream {
     const redirects = this.redirects as RedirectLines;
     this.behindRedirect = null;
     if (this.port.clientGone) {
-      redirects.waiting = null;
+      redirects.drop();
       return;
     }
     redirects.release();
