@@ -20,7 +20,7 @@ import { WholeFrameReader } from '../resp/whole-frame.js';
 import { countedApart, namesVerifyConnection } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
-import { FrameMeaning, TransactionState } from './transaction-state.js';
+import { FrameMeaning, mayBeReplySkip, TransactionState } from './transaction-state.js';
 
 /** What the client-to-server side needs of its session. */
 export interface RequestFlowPort {
@@ -79,6 +79,8 @@ export class RequestFlow implements LockBlockPort {
    * without rules whose URL has no AUTH/SELECT (a RESET changes nothing the proxy does there).
    */
   private resetEndsPipe = false;
+  /** The pipe's last frame may be CLIENT REPLY SKIP: Redis does not answer a RESET right after it, which then ends nothing. */
+  private replySkipped = false;
   /** The pipe stays after a RESET: the connection was opened while no rule was loaded. */
   private readonly pipeWithoutRules: boolean;
   /**
@@ -331,6 +333,7 @@ export class RequestFlow implements LockBlockPort {
     this.piping = true;
     // A RESET matters where lock blocks may follow it, or the URL's AUTH/SELECT must.
     this.resetEndsPipe = resettable && (!this.pipeWithoutRules || this.ctx.upstream.setup.length > 0);
+    this.replySkipped = mayBeReplySkip(this.scanner); // the frame that made the pipe
     this.blocks.stopTimer();
     // Replies stop being counted, unless a reply of the proxy's own is still due: then after it.
     this.replies.stopCounting();
@@ -351,8 +354,11 @@ export class RequestFlow implements LockBlockPort {
         this.resetEndsPipe = false; // Redis answers with a protocol error and closes
         break;
       }
+      if ((event & END) === 0) continue;
       // A one-argument frame reports its head and end at once.
-      if ((event & END) !== 0 && (event & HEAD) !== 0 && scanner.cmd === Cmd.Reset && scanner.argc === 1) {
+      const reset = (event & HEAD) !== 0 && scanner.cmd === Cmd.Reset && scanner.argc === 1 && !this.replySkipped;
+      this.replySkipped = mayBeReplySkip(scanner);
+      if (reset) {
         this.port.writeUpstream(chunk.subarray(from, pos));
         const setupSent = this.resetFromPipe();
         if (pos === chunk.length) return;

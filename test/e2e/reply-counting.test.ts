@@ -131,6 +131,21 @@ describe('RESET once the connection is a plain pipe, with a URL without AUTH or 
   }
 });
 
+describe('RESET right after CLIENT REPLY SKIP', () => {
+  it('is not answered by Redis, so it ends no pipe; the next RESET does, and lock blocks are fixed again', async () => {
+    const key = taskLockKey(33n);
+    const skipThenReset = Buffer.concat([cmd('CLIENT', 'REPLY', 'SKIP'), cmd('RESET'), cmd('PING', 'after')]);
+    expect(await exchange(env.redis.port, skipThenReset, 1)).toBe('$5\r\nafter\r\n');
+    await call('DEL', key);
+    const client = await RawClient.connect(env.proxy.port);
+    client.write(Buffer.concat([skipThenReset, lockAttempt(key, 600), cmd('PEXPIRE', key, '5000')]));
+    expect((await client.readReplies(1 + 4 + 1)).toString('latin1')).toBe('$5\r\nafter\r\n' + attemptReplies(1, 1) + ':1\r\n');
+    client.write(Buffer.concat([cmd('RESET'), lockAttempt(key, 600)]));
+    expect((await client.readReplies(1 + 4)).toString('latin1')).toBe('+RESET\r\n' + attemptReplies(2, 0));
+    await client.close();
+  });
+});
+
 describe('EXEC that Redis refuses still ends the transaction', () => {
   it('-BUSY on EXEC (a script runs long): the next lock block is answered as directly', async () => {
     await call('CONFIG', 'SET', 'busy-reply-threshold', '50');
