@@ -15,7 +15,6 @@ import type net from 'node:net';
 import { formatAddress } from '../address.js';
 import { NodeReplies } from '../cluster/node-replies.js';
 import type { Logger } from '../log.js';
-import { retained } from '../upstream/read-buffer.js';
 import type { ProxyContext } from './context.js';
 import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
 import { RequestFlow, type RequestFlowPort } from './request-flow.js';
@@ -70,7 +69,10 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
     this.toClient = new WriteBatch(client, (bytes) => this.sendClient(bytes));
-    const { socket, readyEvent, address, host, readsShared } = ctx.upstream.connect((bytes) => this.onSharedRead(bytes));
+    const { socket, readyEvent, address, host, ownReads } = ctx.upstream.connect({
+      receive: (bytes) => this.onOwnRead(bytes),
+      writeRefused: (error) => this.onUpstreamWriteRefused(error),
+    });
     this.upstream = socket;
     this.upstreamAddress = address;
     // Deferred: what Redis sent before it closed is read before more is written to it (write-batch.ts).
@@ -98,7 +100,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       this.updateFlow();
     });
     socket.on('timeout', () => this.onUpstreamTimeout());
-    if (!readsShared) socket.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
+    if (!ownReads) socket.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
     socket.on('end', () => this.onUpstreamEnd());
     socket.on('error', (err) => this.onUpstreamError(err));
     socket.on('close', () => this.onClose());
@@ -164,6 +166,19 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     // A reset after Redis's last reply is how Redis closes when bytes it never read were arriving.
     this.log.debug({ upstream: this.upstreamAddress, err: err.message }, 'upstream connection closed with an error');
     this.onUpstreamEnd();
+  }
+
+  /**
+   * Redis closed while bytes were on their way to it (upstream-socket.ts): nothing more goes
+   * upstream, what the client sends is dropped, and reading goes on; the end of the reads closes
+   * the client side (onUpstreamEnd) once what Redis sent first has been passed on.
+   */
+  private onUpstreamWriteRefused(error: Error): void {
+    this.log.debug({ upstream: this.upstreamAddress, err: error.message }, 'upstream closed; reading what it sent before');
+    this.closing = true;
+    this.toUpstream.discard();
+    this.stalled = [];
+    this.updateFlow();
   }
 
   /** Redis closed its side: everything it sent is passed on, then the client side closes. */
@@ -254,7 +269,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   // ------------------------------------------------------------ flow control
 
   writeUpstream(bytes: Buffer): void {
-    if (bytes.length > 0) this.toUpstream.add(bytes);
+    // Once closing, Redis reads nothing more (it closed, or the proxy closes).
+    if (bytes.length > 0 && !this.closing) this.toUpstream.add(bytes);
   }
 
   writeClient(bytes: Buffer): void {
@@ -358,11 +374,11 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   // -------------------------------------------------------- server to client
 
-  /** A read into the shared buffer (read-buffer.ts): its bytes are valid only during this call. */
-  private onSharedRead(bytes: Buffer): void {
+  /** A read into the connection's own buffer (read-buffer.ts): true when its bytes are still referenced after the call. */
+  private onOwnRead(bytes: Buffer): boolean {
     this.onUpstreamData(bytes);
-    // A write to the client that did not reach the kernel whole goes on from that buffer later.
-    if (this.client.writableLength > 0) retained();
+    // A write to the client that did not reach the kernel whole goes on from that memory later.
+    return this.client.writableLength > 0;
   }
 
   private onUpstreamData(chunk: Buffer): void {

@@ -7,10 +7,11 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { formatAddress } from '../address.js';
 import type { UpstreamTls } from '../config.js';
-import { readBuffer } from './read-buffer.js';
+import { ReadBuffer } from './read-buffer.js';
+import { UpstreamSocket } from './upstream-socket.js';
 import { setupCommands, type UpstreamTarget } from './target.js';
 
-export interface UpstreamSocket {
+export interface UpstreamConnection {
   readonly socket: net.Socket;
   /** The event that means the connection is usable: 'connect', or 'secureConnect' for TLS. */
   readonly readyEvent: 'connect' | 'secureConnect';
@@ -19,14 +20,23 @@ export interface UpstreamSocket {
   /** The host of that address (the socket path for a unix socket). */
   readonly host: string;
   /**
-   * True when what Redis sends goes to the `receive` given to connect(), read into the shared
-   * buffer (read-buffer.ts: valid only during the call); otherwise it comes as 'data' events.
+   * True when what Redis sends goes to `reads.receive`, read into the connection's own buffer
+   * (read-buffer.ts), and a refused write goes to `reads.writeRefused`; otherwise (TLS, or no
+   * `reads` given) Redis's bytes come as 'data' events and a refused write is an 'error'.
    */
-  readonly readsShared: boolean;
+  readonly ownReads: boolean;
 }
 
-/** Takes each read's bytes, valid only during the call (read-buffer.ts). */
-export type Receive = (bytes: Buffer) => void;
+/** What a connection does with its reads, when it reads into memory of its own (read-buffer.ts). */
+export interface UpstreamReads {
+  /**
+   * Takes one read's bytes, valid until the call returns. Returns true when they are still
+   * referenced after it (a write to the client that goes on from this memory later).
+   */
+  receive(bytes: Buffer): boolean;
+  /** Redis closed while bytes were on their way to it: nothing more is written, what it sent is still read (upstream-socket.ts). */
+  writeRefused(error: Error): void;
+}
 
 const DEFAULT_PORT = 6379;
 
@@ -54,28 +64,26 @@ export class UpstreamConnector {
   }
 
   /**
-   * Dials the upstream. With `receive`, a plain connection (TCP, unix socket) reads into the
-   * shared buffer and hands each read to it (`readsShared`); TLS, and a call without `receive`,
-   * give 'data' events.
+   * Dials the upstream. With `reads`, a plain connection (TCP, unix socket) reads into memory of
+   * its own and hands each read to it (`ownReads`); TLS, and a call without `reads`, give 'data'
+   * events.
    */
-  connect(receive?: Receive): UpstreamSocket {
-    const onread = receive === undefined ? undefined : sharedReads(receive);
-    const readsShared = onread !== undefined;
+  connect(reads?: UpstreamReads): UpstreamConnection {
+    const ownReads = reads !== undefined;
+    const plain = (): net.Socket =>
+      reads === undefined
+        ? new net.Socket({ allowHalfOpen: true })
+        : new UpstreamSocket({ allowHalfOpen: true, onread: readsOwnBuffer(reads) }, (error) => reads.writeRefused(error));
     if (this.target.path !== undefined) {
-      return {
-        socket: net.connect({ path: this.target.path, allowHalfOpen: true, onread }),
-        readyEvent: 'connect',
-        address: this.target.path,
-        host: this.target.path,
-        readsShared,
-      };
+      const socket = plain().connect({ path: this.target.path });
+      return { socket, readyEvent: 'connect', address: this.target.path, host: this.target.path, ownReads };
     }
     const { host, port } =
       this.locator !== null ? this.locator.locate() : { host: this.target.host as string, port: this.target.port ?? DEFAULT_PORT };
     const address = formatAddress(host, port);
     if (this.tlsOptions === null) {
-      const socket = net.connect({ host, port, allowHalfOpen: true, noDelay: true, keepAlive: true, onread });
-      return { socket, readyEvent: 'connect', address, host, readsShared };
+      const socket = plain().connect({ host, port, noDelay: true, keepAlive: true });
+      return { socket, readyEvent: 'connect', address, host, ownReads };
     }
     const tlsOptions: tls.ConnectionOptions & { allowHalfOpen: boolean } = {
       host,
@@ -86,20 +94,22 @@ export class UpstreamConnector {
     const socket = tls.connect(tlsOptions);
     socket.setNoDelay(true);
     socket.setKeepAlive(true);
-    return { socket, readyEvent: 'secureConnect', address, host, readsShared: false }; // a TLSSocket takes no onread
+    return { socket, readyEvent: 'secureConnect', address, host, ownReads: false }; // a TLSSocket takes no onread
   }
 }
 
 /**
- * net.connect's `onread`: `buffer` is asked for the memory of each next read, the callback gets
- * what was read. Flow control goes through the socket's pause() and resume(), so the callback
- * never stops the reading itself (by returning false).
+ * net.Socket's `onread`: `buffer` is asked for the memory of the socket's next read (after each
+ * read's callback, read-buffer.ts), the callback gets what was read. Flow control goes through
+ * the socket's pause() and resume(), so the callback never stops the reading itself (by
+ * returning false).
  */
-function sharedReads(receive: Receive): net.OnReadOpts {
+function readsOwnBuffer(reads: UpstreamReads): net.OnReadOpts {
+  const memory = new ReadBuffer();
   return {
-    buffer: readBuffer,
+    buffer: memory.next,
     callback: (bytes: number, buffer: Uint8Array): boolean => {
-      receive((buffer as Buffer).subarray(0, bytes));
+      memory.afterRead(bytes, reads.receive((buffer as Buffer).subarray(0, bytes)));
       return true;
     },
   };

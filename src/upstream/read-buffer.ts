@@ -1,26 +1,49 @@
 /**
- * The memory every plain (TCP or unix socket) upstream connection reads into, through
+ * The memory one plain (TCP or unix socket) upstream connection reads into, through
  * net.connect's `onread` option: Node then allocates no buffer per read and skips its stream
  * layer (no `push`, no 'data' event, no read-ahead scheduling), which is most of what a read
  * costs a Node process beyond the system call.
  *
- * One buffer serves every connection, because a read's bytes are handled before the event loop
- * reads anything else. So they are valid only during the callback that receives them: what is
- * kept longer is copied, and when a write that carries them did not reach the kernel whole (it
- * goes on from this memory later), `retained()` makes the reads that follow use a new buffer.
+ * Why one buffer per connection, and never one shared by several: Node does not ask for the
+ * memory at each read. It asks once when the socket starts reading, and again right after each
+ * read's callback has returned, and registers the answer with that socket as the memory of its
+ * NEXT read (lib/net.js initSocketHandle, lib/internal/stream_base_commons.js onStreamRead;
+ * src/stream_base.cc CustomBufferJSListener). Once given to a socket, a buffer stays that
+ * socket's until its next read has landed in it; nothing done afterwards can take it back. A
+ * buffer given to several sockets can therefore be written by any of them at any time, and bytes
+ * still waiting in it to be sent to one client are overwritten by another connection's read.
+ *
+ * With a buffer of its own, only this connection's next read can land in it, and that read
+ * comes after the callback that handled the previous one. The callback decides: when the bytes
+ * read are still referenced after it (a write to the client that did not reach the kernel whole
+ * goes on from this memory later), `retained()` gives the connection new memory before its next
+ * read, and the old buffer belongs to that write until the write is done and the GC takes it.
+ * Anything else kept past a read (a reply of the proxy's own that spans reads, bytes waiting
+ * behind a cluster redirect) is copied by whoever keeps it.
+ *
+ * Size: a connection starts with a small buffer (most connections exchange small replies, and
+ * 5,000 idle ones must not each pin 64 KiB), and moves to libuv's usual 64 KiB read size once a
+ * read fills it: that connection carries large replies, and big reads mean fewer system calls.
  */
 
-/** What one read may bring: libuv's usual read size. */
-const READ_BUFFER_BYTES = 64 * 1024;
+/** The first buffer of a connection: a few small replies at once. */
+const FIRST_READ_BYTES = 2 * 1024;
+/** What one read may bring once a connection carries large replies: libuv's usual read size. */
+const LARGE_READ_BYTES = 64 * 1024;
 
-let current = Buffer.allocUnsafe(READ_BUFFER_BYTES);
+export class ReadBuffer {
+  private memory = Buffer.allocUnsafe(FIRST_READ_BYTES);
 
-/** Where the next upstream read lands. */
-export function readBuffer(): Buffer {
-  return current;
-}
+  /** Where this connection's next read lands (net.connect's `onread.buffer`). */
+  readonly next = (): Buffer => this.memory;
 
-/** The bytes of the last read are still referenced (a write in progress): the next reads go elsewhere. */
-export function retained(): void {
-  current = Buffer.allocUnsafe(READ_BUFFER_BYTES);
+  /**
+   * A read of `bytes` landed in the buffer just given. `retained`: they are still referenced
+   * after the read's callback (a write in progress), so the next read must go elsewhere.
+   */
+  afterRead(bytes: number, retained: boolean): void {
+    const full = bytes === this.memory.length;
+    if (!retained && !(full && this.memory.length < LARGE_READ_BYTES)) return;
+    this.memory = Buffer.allocUnsafe(full ? LARGE_READ_BYTES : this.memory.length);
+  }
 }

@@ -1,0 +1,93 @@
+/**
+ * A write that meets Redis's close must not cost the reply Redis sent before it
+ * (src/upstream/upstream-socket.ts). Redis at its client limit answers a new connection with an
+ * error and closes before reading anything; bytes written after that meet a reset. The socket
+ * here does not read until its writes have been refused, the order a busy proxy can end up in.
+ */
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { UpstreamSocket } from '../src/upstream/upstream-socket.js';
+import { startRedis, type RedisServer } from './support/redis.js';
+import { cmd, RawClient } from './support/resp.js';
+
+let full: RedisServer;
+let holder: RawClient;
+beforeAll(async () => {
+  full = await startRedis({ args: ['--maxclients', '1'] });
+  holder = await RawClient.connect(full.port); // takes the only place
+});
+afterAll(async () => {
+  await holder?.close();
+  await full?.stop();
+});
+
+interface Outcome {
+  received: string;
+  refused: boolean;
+  /** How the socket ended: 'end', or the error's code. */
+  ended: string;
+}
+
+/**
+ * Connects without reading, writes PINGs until a write is refused (or the socket is gone), then
+ * reads what is left.
+ */
+async function writeUntilRefusedThenRead(socket: net.Socket, refusal: { seen: boolean }): Promise<Outcome> {
+  let received = '';
+  let ended = '';
+  const done = new Promise<void>((resolve) => {
+    socket.on('data', (bytes: Buffer) => (received += bytes.toString('latin1')));
+    socket.on('end', () => {
+      ended ||= 'end';
+      resolve();
+    });
+    socket.on('error', (error: NodeJS.ErrnoException) => {
+      ended ||= error.code ?? error.message;
+      resolve();
+    });
+    socket.on('close', () => resolve());
+  });
+  socket.pause();
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', reject);
+  });
+  const deadline = Date.now() + 20_000;
+  while (!refusal.seen && !socket.destroyed) {
+    if (Date.now() > deadline) throw new Error('no write was refused within 20 s');
+    socket.write(cmd('PING'));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  socket.resume();
+  await done;
+  return { received, refused: refusal.seen, ended };
+}
+
+describe('a write refused because Redis closed', () => {
+  it('leaves what Redis sent before it readable, then the connection ends', async () => {
+    const refusal = { seen: false };
+    const chunks: Buffer[] = [];
+    const socket = new UpstreamSocket(
+      {
+        allowHalfOpen: true,
+        onread: { buffer: Buffer.alloc(1024), callback: (n, buf) => (chunks.push(Buffer.from(buf.subarray(0, n))), true) },
+      },
+      () => (refusal.seen = true),
+    );
+    socket.connect({ host: full.host, port: full.port });
+    const outcome = await writeUntilRefusedThenRead(socket, refusal);
+    expect(outcome.refused).toBe(true);
+    expect(Buffer.concat(chunks).toString('latin1')).toBe('-ERR max number of clients reached\r\n');
+    expect(['end', 'ECONNRESET']).toContain(outcome.ended);
+    socket.destroy();
+  });
+
+  it('is what a plain net.Socket loses: it is destroyed by the refused write, unread', async () => {
+    // The reason for UpstreamSocket: should Node ever keep the bytes itself, this fails and says so.
+    const socket = new net.Socket({ allowHalfOpen: true });
+    socket.connect({ host: full.host, port: full.port });
+    const outcome = await writeUntilRefusedThenRead(socket, { seen: false });
+    expect(outcome.received).toBe('');
+    expect(['EPIPE', 'ECONNRESET']).toContain(outcome.ended);
+  });
+});
