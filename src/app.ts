@@ -93,6 +93,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     },
     connectTimeoutMs: config.connectTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
+    ownReplyTimeoutMs: config.ownReplyTimeoutMs,
     lockMethod: config.lockMethod,
     cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
     log,

@@ -85,6 +85,8 @@ export interface Config {
   readonly warnings: readonly string[];
   /** Close client connections idle this long; 0: never. */
   readonly idleTimeoutMs: number;
+  /** How long a reply to a command of the proxy's own may take once it is due; past it the connection is closed. */
+  readonly ownReplyTimeoutMs: number;
   /** How lock blocks are fixed: inside the client's own transaction, as a script, or chosen per connection from the server version. */
   readonly lockMethod: LockMethodSetting;
   /** How often the old-shape attempt report is logged; 0: never. */
@@ -192,6 +194,7 @@ function buildConfig(settings: RawSettings): Config {
     maxConnections: integer(settings, 'max-connections'),
     warnings: deprecatedGiven(settings),
     idleTimeoutMs: integer(settings, 'idle-timeout-ms'),
+    ownReplyTimeoutMs: integer(settings, 'own-reply-timeout-ms'),
     lockMethod: lockMethodFrom(settings),
     lockAttemptReportMs: integer(settings, 'lock-attempt-report-ms'),
     lockScanIntervalMs: integer(settings, 'lock-scan-interval-ms'),

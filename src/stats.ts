@@ -51,6 +51,8 @@ export class Stats {
   readonly rewrittenBy = { transaction: 0, script: 0 };
   /** Blocks whose script outcome could not be told, so that their connection was closed. */
   blocksClosed = 0;
+  /** Connections closed because a reply to a command of the proxy's own did not come within --own-reply-timeout-ms. */
+  ownRepliesTimedOut = 0;
   /** Blocks forwarded unchanged in observe mode. */
   blocksObserved = 0;
   /** Blocks whose script could not run, sent unchanged instead, by error prefix (NOPERM, BUSY, ...). */

@@ -46,6 +46,7 @@ describe('resolveConfig', () => {
       maxConnections: 10_000,
       warnings: [],
       idleTimeoutMs: 0,
+      ownReplyTimeoutMs: 30_000,
       lockMethod: 'auto',
       lockAttemptReportMs: 3_600_000,
       lockScanIntervalMs: 0,

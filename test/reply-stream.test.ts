@@ -5,9 +5,10 @@
  * is due).
  */
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
-import type { PendingRedirect } from '../src/cluster/redirect-lines.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { LineWatch, PendingLine } from '../src/session/error-lines.js';
 import { ReplyStream, type ReplyStreamPort } from '../src/session/reply-stream.js';
+import { ResetMarker } from '../src/session/reset-marker.js';
 import { splitAt } from './support/chunks.js';
 
 class FakePort implements ReplyStreamPort {
@@ -26,6 +27,21 @@ class FakePort implements ReplyStreamPort {
   repliesWaiting(waiting: boolean): void {
     this.events.push(waiting ? 'waiting' : 'going on');
   }
+  ownReplyLate(what: string): void {
+    this.events.push(`late ${what}`);
+  }
+}
+
+/** The bound on the proxy's own replies in these tests: never reached unless a test waits for it. */
+const OWN_REPLY_TIMEOUT_MS = 60_000;
+
+/** As --cluster watches error lines: -MOVED/-ASK lines, rewritten by `rewrite`. */
+function redirectWatch(rewrite: LineWatch['replace']): LineWatch {
+  const couldBe = (head: Buffer): boolean => {
+    const text = head.toString('latin1');
+    return ['-MOVED ', '-ASK '].some((word) => word.startsWith(text.slice(0, word.length)) || text.startsWith(word));
+  };
+  return { couldBe, replace: rewrite };
 }
 
 function feed(stream: ReplyStream, text: string, cuts: number[] = []): void {
@@ -35,7 +51,7 @@ function feed(stream: ReplyStream, text: string, cuts: number[] = []): void {
 describe('ReplyStream', () => {
   it('takes the proxy’s own reply aside after the replies expected before it, and counts those after it', () => {
     const port = new FakePort();
-    const stream = new ReplyStream(port, null);
+    const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
     const own: string[] = [];
     stream.expect(2);
     stream.capture((reply) => own.push(reply.toString('latin1')));
@@ -51,7 +67,7 @@ describe('ReplyStream', () => {
     fc.assert(
       fc.property(fc.array(fc.integer({ min: 1, max: text.length - 1 }), { maxLength: 6 }), (cuts) => {
         const port = new FakePort();
-        const stream = new ReplyStream(port, null);
+        const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
         const own: string[] = [];
         stream.expect(1);
         stream.capture((reply) => own.push(reply.toString('latin1')));
@@ -69,7 +85,7 @@ describe('ReplyStream', () => {
 
   it('stops counting at once, or after its own replies still due', () => {
     const port = new FakePort();
-    const stream = new ReplyStream(port, null);
+    const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
     stream.capture(() => port.events.push('own'));
     stream.stopCounting();
     expect(stream.passingThrough).toBe(false);
@@ -79,22 +95,118 @@ describe('ReplyStream', () => {
 
   it('hands back a stream with more replies than requests, or one that is not RESP', () => {
     const port = new FakePort();
-    const stream = new ReplyStream(port, null);
+    const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
     stream.expect(1);
     feed(stream, '+OK\r\n+EXTRA\r\n');
     expect(port.events).toEqual(['untracked too many']);
     const broken = new FakePort();
-    new ReplyStream(broken, null).process(Buffer.from('?what\r\n'));
+    new ReplyStream(broken, null, OWN_REPLY_TIMEOUT_MS).process(Buffer.from('?what\r\n'));
     expect(broken.client).toBe('?what\r\n');
     expect(broken.events).toEqual([expect.stringMatching(/^untracked /)]);
   });
 
   it('closes rather than guess when its own reply is due and the stream cannot be followed', () => {
     const port = new FakePort();
-    const stream = new ReplyStream(port, null);
+    const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
     stream.capture(() => port.events.push('own'));
     feed(stream, '?broken\r\n');
     expect(port.events).toEqual([expect.stringMatching(/^lost /)]);
+  });
+
+  describe('the bound on a reply of the proxy’s own', () => {
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    it('runs from when every reply before it has come, and says so once when it passes', () => {
+      vi.useFakeTimers();
+      const port = new FakePort();
+      const stream = new ReplyStream(port, null, 1000);
+      stream.expect(1); // a blocking command, say: it may take as long as it likes
+      stream.capture(() => port.events.push('own'));
+      vi.advanceTimersByTime(5000);
+      expect(port.events).toEqual([]);
+      feed(stream, '+late\r\n');
+      vi.advanceTimersByTime(999);
+      expect(port.events).toEqual([]);
+      vi.advanceTimersByTime(1);
+      expect(port.events).toEqual(['late a reply to a command of its own']);
+    });
+
+    it('restarts for each reply of its own in turn, and stops when they are in, or when the stream stops', () => {
+      vi.useFakeTimers();
+      const port = new FakePort();
+      const stream = new ReplyStream(port, null, 1000);
+      stream.capture(() => port.events.push('first'));
+      stream.capture(() => port.events.push('second'));
+      vi.advanceTimersByTime(900);
+      feed(stream, '+OK\r\n');
+      vi.advanceTimersByTime(900);
+      feed(stream, '+OK\r\n');
+      vi.advanceTimersByTime(5000);
+      expect(port.events).toEqual(['first', 'second']);
+      stream.capture(() => port.events.push('third'));
+      stream.stop();
+      vi.advanceTimersByTime(5000);
+      expect(port.events).toEqual(['first', 'second']);
+    });
+
+    it('runs for the marker after a RESET from the moment it is sent', () => {
+      vi.useFakeTimers();
+      const port = new FakePort();
+      const stream = new ReplyStream(port, null, 1000);
+      stream.stopCounting();
+      stream.awaitMarker(new ResetMarker(), () => port.events.push('found'));
+      feed(stream, '+message\r\n');
+      vi.advanceTimersByTime(1000);
+      expect(port.events).toEqual(['late the RESET marker']);
+    });
+  });
+
+  describe('the marker after a RESET', () => {
+    it('passes what comes before its refusal, drops the refusal wherever the stream seems to be, however split', () => {
+      const marker = new ResetMarker();
+      const name = /\$\d+\r\n(.*)\r\n$/.exec(marker.command.toString('latin1'))?.[1];
+      // A message, a script's +RESET, an EXEC array whose element never comes (a queued CLIENT REPLY
+      // OFF), RESET's own reply filling it, then the refusal, and a reply counted after it.
+      const before = "*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n+RESET\r\n-ERR unknown command 'x'\r\n*2\r\n+RESET\r\n";
+      const text = `${before}-ERR unknown command '${name}', with args beginning with: \r\n+OK\r\n:5\r\n`;
+      fc.assert(
+        fc.property(fc.array(fc.integer({ min: 1, max: text.length - 1 }), { maxLength: 6 }), (cuts) => {
+          const port = new FakePort();
+          const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
+          const own: string[] = [];
+          stream.stopCounting();
+          stream.awaitMarker(marker, () => {
+            port.events.push('found');
+            stream.capture((reply) => own.push(reply.toString('latin1')));
+            stream.expect(1);
+          });
+          feed(
+            stream,
+            text,
+            [...new Set(cuts)].sort((a, b) => a - b),
+          );
+          expect(port.events).toEqual(['found']);
+          expect(own).toEqual(['+OK\r\n']);
+          expect(port.client).toBe(before + ':5\r\n');
+          expect(stream.pending).toBe(false);
+        }),
+      );
+    });
+
+    it('takes the refusal in Redis 6’s words too, and no other unknown command’s', () => {
+      const marker = new ResetMarker();
+      const name = /\$\d+\r\n(.*)\r\n$/.exec(marker.command.toString('latin1'))?.[1] as string;
+      const line = (text: string): Buffer => Buffer.from(`${text}\r\n`);
+      expect(marker.matches(line(`-ERR unknown command '${name}', with args beginning with: `))).toBe(true);
+      expect(marker.matches(line(`-ERR unknown command \`${name}\`, with args beginning with: `))).toBe(true);
+      expect(marker.matches(line(`-ERR unknown command '${name}x', with args beginning with: `))).toBe(false);
+      expect(marker.matches(line(`-ERR unknown command '${name}\``))).toBe(false);
+      expect(marker.matches(line(`-ERR unknown command '${name.slice(0, -1)}'`))).toBe(false);
+      expect(marker.matches(line(`+ERR unknown command '${name}'`))).toBe(false);
+      expect(new ResetMarker().matches(line(`-ERR unknown command '${name}'`))).toBe(false);
+    });
   });
 
   it('in cluster mode, rewrites -MOVED lines at any depth and across reads, even once it passes bytes through', () => {
@@ -103,13 +215,13 @@ describe('ReplyStream', () => {
     const text = '-MOVED 1 10.0.0.9:6379\r\n*2\r\n-MOVED 2 10.0.0.9:6380\r\n-ERR other\r\n';
     for (let cut = 1; cut < text.length; cut++) {
       const port = new FakePort();
-      const stream = new ReplyStream(port, rewrite);
+      const stream = new ReplyStream(port, redirectWatch(rewrite), OWN_REPLY_TIMEOUT_MS);
       stream.expect(2);
       feed(stream, text, [cut]);
       expect(port.client, String(cut)).toBe('-MOVED 1 proxy:7001\r\n*2\r\n-MOVED 2 proxy:7001\r\n-ERR other\r\n');
     }
     const port = new FakePort();
-    const stream = new ReplyStream(port, rewrite);
+    const stream = new ReplyStream(port, redirectWatch(rewrite), OWN_REPLY_TIMEOUT_MS);
     stream.stopCounting();
     expect(stream.passingThrough).toBe(false); // redirects still name nodes
     feed(stream, '-MOVED 3 10.0.0.9:6379\r\n');
@@ -124,7 +236,7 @@ describe('ReplyStream', () => {
     function waitingStream(): { port: FakePort; stream: ReplyStream; settle: () => Promise<void> } {
       let release!: () => void;
       const checked = new Promise<void>((resolve) => (release = resolve));
-      const rewrite = (line: Buffer): Buffer | null | PendingRedirect => {
+      const rewrite = (line: Buffer): Buffer | null | PendingLine => {
         const text = line.toString('latin1');
         if (!/^-(MOVED|ASK) /.test(text)) return null;
         return { checked, answer: () => Buffer.from(text.replace(/\S+:\d+/, 'proxy:7001'), 'latin1') };
@@ -132,7 +244,7 @@ describe('ReplyStream', () => {
       const port = new FakePort();
       return {
         port,
-        stream: new ReplyStream(port, rewrite),
+        stream: new ReplyStream(port, redirectWatch(rewrite), OWN_REPLY_TIMEOUT_MS),
         settle: async () => {
           release();
           await new Promise((resolve) => setImmediate(resolve));

@@ -47,6 +47,7 @@ function flow() {
     holdMs: 50,
     connectTimeoutMs: 1000,
     idleTimeoutMs: 0,
+    ownReplyTimeoutMs: 60_000,
     lockMethod: 'transaction',
     cluster: null,
     log,
@@ -70,8 +71,9 @@ function flow() {
     untracked: () => {},
     lost: () => {},
     repliesWaiting: () => {},
+    ownReplyLate: () => {},
   };
-  const replies = new CountedReplies(port, null);
+  const replies = new CountedReplies(port, null, 60_000);
   const requests = new RequestFlow(port, replies, ctx, null);
   const outcome = () => ({
     sent: Buffer.concat(sent).toString('latin1'),

@@ -52,6 +52,7 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
     holdMs: 50,
     connectTimeoutMs: 1000,
     idleTimeoutMs: 0,
+    ownReplyTimeoutMs: 60_000,
     lockMethod,
     cluster: null,
     log,
@@ -160,23 +161,32 @@ describe('Session', () => {
     expect(atClient.ended).toBe(true);
   });
 
-  it('applies the URL’s AUTH after a RESET that ends a pipe (SUBSCRIBE), and counts replies again from its +RESET', async () => {
+  it('after a RESET that ends a pipe (SUBSCRIBE): finds the marker’s refusal, applies the URL’s AUTH, counts replies again', async () => {
     const { client, redis, atRedis, atClient } = start('redis://:s3cret@127.0.0.1:6379');
     const auth = text(cmd('AUTH', 's3cret'));
     expect(await atRedis.atLeast(auth.length)).toBe(auth);
     atRedis.take();
     redis.write('+OK\r\n');
     client.write(Buffer.concat([cmd('SUBSCRIBE', 'c'), cmd('RESET'), cmd('GET', 'k')]));
-    const sent = text(Buffer.concat([cmd('SUBSCRIBE', 'c'), cmd('RESET')])) + auth;
-    expect(await atRedis.atLeast(sent.length)).toBe(sent);
+    const sent = text(Buffer.concat([cmd('SUBSCRIBE', 'c'), cmd('RESET')]));
+    const marker = /^\*1\r\n\$\d+\r\n(redis-lock-proxy-after-reset-[0-9a-f]{24})\r\n$/;
+    expect(await atRedis.atLeast(sent.length + 60)).toMatch(new RegExp(`^${escape(sent)}`));
     await tick();
-    expect(atRedis.take()).toBe(sent); // the GET waits for AUTH's reply
-    // A message that looks like RESET's reply inside a push, then RESET's own.
-    const pushes = '*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$8\r\n+RESET\r\n\r\n';
-    redis.write(pushes + '+RESET\r\n+OK\r\n');
+    const name = marker.exec(atRedis.take().slice(sent.length))?.[1]; // the GET waits for the marker
+    expect(name).toBeDefined();
+    // A message that looks like RESET's reply inside a push, a script's +RESET, then RESET's own.
+    const pushes = '*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$8\r\n+RESET\r\n\r\n+RESET\r\n';
+    redis.write(`${pushes}+RESET\r\n-ERR unknown command '${name}', with args`);
+    await tick();
+    expect(atRedis.take()).toBe(''); // the refusal is not whole yet
+    redis.write(' beginning with: \r\n');
+    expect(await atRedis.atLeast(auth.length)).toBe(auth);
+    atRedis.take();
+    redis.write('+OK\r\n');
     expect(await atRedis.atLeast(22)).toBe(text(cmd('GET', 'k')));
     redis.write('$-1\r\n');
-    expect(await atClient.atLeast(pushes.length + 13)).toBe(pushes + '+RESET\r\n$-1\r\n'); // AUTH's +OK stays with the proxy
+    // The marker's refusal and AUTH's +OK stay with the proxy.
+    expect(await atClient.atLeast(pushes.length + 13)).toBe(pushes + '+RESET\r\n$-1\r\n');
   });
 
   it('stops counting after SUBSCRIBE: pushes and replies alike pass through', async () => {
@@ -189,3 +199,8 @@ describe('Session', () => {
     expect(session.upstreamAddress).toBe('127.0.0.1:6379');
   });
 });
+
+/** `text` as a regular expression that matches it literally. */
+function escape(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}

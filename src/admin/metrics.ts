@@ -154,6 +154,11 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
       for (const [rule, counts] of stats.byRule) emit({ rule }, counts.holdTimeouts);
     },
   );
+  counter(
+    'own_replies_timed_out_total',
+    "Connections closed because Redis did not answer a command of the proxy's own within --own-reply-timeout-ms.",
+    () => stats.ownRepliesTimedOut,
+  );
   counter('script_reloads_total', 'Times the script was missing from the script cache and was sent in full.', () => stats.scriptReloads);
   labelledCounter('rule_reloads_total', 'Rule reloads, by result.', ['result'], (emit) => {
     emit({ result: 'ok' }, stats.ruleReloads);

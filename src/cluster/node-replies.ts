@@ -11,7 +11,7 @@ import { Cmd } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
 import type { TransactionState } from '../session/transaction-state.js';
 import type { Stats } from '../stats.js';
-import type { PendingRedirect } from './redirect-lines.js';
+import type { LineWatch, PendingLine } from '../session/error-lines.js';
 import {
   rewriteExecReply,
   rewriteRedirect,
@@ -46,10 +46,16 @@ export class NodeReplies {
   ) {}
 
   /**
-   * A -MOVED/-ASK line rewritten to name a listener; null when the line is another error. One
-   * that names a node the proxy does not know waits until the topology has been asked again.
+   * The reply stream's -MOVED/-ASK lines (session/error-lines.ts): each is rewritten to name a
+   * listener; one that names a node the proxy does not know yet waits until the topology has
+   * been asked again. Other error lines go on as they are.
    */
-  readonly rewriteRedirect = (line: Buffer): Buffer | null | PendingRedirect => {
+  readonly redirects: LineWatch = {
+    couldBe: couldBeRedirect,
+    replace: (line) => this.rewriteRedirect(line),
+  };
+
+  private rewriteRedirect(line: Buffer): Buffer | null | PendingLine {
     const rewritten = rewriteRedirect(line, this.cluster.nodes, this.announce());
     if (rewritten instanceof UnknownNode) {
       const kept = Buffer.from(line); // the line is a view of a read, valid only during this call
@@ -57,7 +63,7 @@ export class NodeReplies {
     }
     if (rewritten !== null) this.stats.redirectsRewritten++;
     return rewritten;
-  };
+  }
 
   /** The line rewritten if it is a redirect to a node the proxy knows; else as Redis wrote it. */
   private redirectNow(line: Buffer): Buffer {
@@ -121,4 +127,16 @@ export class NodeReplies {
     }
     return this.announceCache;
   }
+}
+
+const MOVED_PREFIX = Buffer.from('-MOVED ');
+const ASK_PREFIX = Buffer.from('-ASK ');
+
+/** Whether the bytes an error line began with could still be `-MOVED ` or `-ASK `. */
+function couldBeRedirect(head: Buffer): boolean {
+  const prefixOf = (word: Buffer): boolean => {
+    const length = Math.min(head.length, word.length);
+    return head.subarray(0, length).equals(word.subarray(0, length));
+  };
+  return prefixOf(MOVED_PREFIX) || prefixOf(ASK_PREFIX);
 }

@@ -73,6 +73,8 @@ interface CompleteBlock {
 }
 
 const ASKING = encodeCommand('ASKING');
+/** What HELLO answers: a RESP3 map, a RESP2 array of pairs, or an error. */
+const HELLO_REPLY_TYPES = new Set([0x25 /* % */, 0x2a /* * */, 0x2d /* - */]);
 /** Errors of Redis Cluster's key check, which Redis gives the original block's commands too. */
 const CLUSTER_REDIRECT = /^-(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/;
 
@@ -214,6 +216,12 @@ export class LockBlocks {
     this.port.holdClient();
     this.port.writeUpstream(HELLO);
     this.replies.capture((reply) => {
+      if (!HELLO_REPLY_TYPES.has(reply[0])) {
+        // HELLO answers a map (an array in RESP2) or an error: anything else is another command's reply.
+        this.port.log.error({ type: String.fromCharCode(reply[0]) }, 'the server version reply is not one; closing the connection');
+        this.port.closeAfterReplies();
+        return;
+      }
       const version = methodFromHello(reply);
       this.method = version.method;
       this.askAgain(block);

@@ -81,6 +81,19 @@ export class ReplyScanner {
   }
 
   /**
+   * The reply that just ended is known to be a top-level one, whatever came before it: the next
+   * byte starts a new top-level frame. Redis can send an aggregate header whose elements never
+   * come (an EXEC array counting a queued CLIENT REPLY OFF or SKIP, which answers nothing), so
+   * a reply known from elsewhere to stand on its own puts the scanner back in step.
+   */
+  restartAtTopLevel(): void {
+    this.state = State.Type;
+    this.need = 0;
+    this.inErrorLine = false;
+    this.topLevelTypePending = false;
+  }
+
+  /**
    * Scans from `pos` and stops after `maxReplies` complete non-push replies,
    * after one complete top-level frame of any kind when `stopAtAnyFrame`, or at
    * the end of the chunk. Returns the offset reached.

@@ -21,6 +21,8 @@ export interface ProxyContext {
   readonly connectTimeoutMs: number;
   /** Close a client connection idle this long (0: never). */
   readonly idleTimeoutMs: number;
+  /** How long a reply to a command of the proxy's own may take once it is due (session/reply-stream.ts). */
+  readonly ownReplyTimeoutMs: number;
   /** How lock blocks are fixed (lock/lock-method.ts). */
   readonly lockMethod: LockMethodSetting;
   /** Set with --cluster. */

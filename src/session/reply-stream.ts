@@ -7,27 +7,34 @@
  * Replies expected for forwarded frames come first (`outstanding`); then marks, in order, each
  * followed by the replies of frames forwarded after it:
  * - a capture: the reply to a command of the proxy's own;
- * - a reset: the connection was a plain pipe when the client sent RESET, so the replies before
- *   Redis's `+RESET` cannot be counted; they pass through until it, and counting starts again.
+ * - a marker: the connection was a plain pipe when the client sent RESET, so the replies before
+ *   it cannot be counted; they pass through until the refusal of the proxy's marker command
+ *   sent right after the RESET (reset-marker.ts), which is dropped, and counting starts again.
  *
  * When the count is lost (more replies than requests, a stream that is not RESP), the connection
  * stops being interpreted, unless a reply of the proxy's own is due: then its state is unknown,
  * and the session closes rather than fake it.
  *
- * With --cluster, a -MOVED/-ASK line that names a node not known yet waits for the topology
- * to be asked again (RedirectLines): the bytes Redis sends after it wait behind it, in order.
+ * With --cluster, -MOVED/-ASK lines are rewritten (error-lines.ts); one that names a node not
+ * known yet waits for the topology to be asked again: the bytes Redis sends after it wait
+ * behind it, in order.
  *
- * A chunk is valid only during the process() call that gets it (the upstream reads into a
- * shared buffer, upstream/read-buffer.ts): whatever is kept past it is copied.
+ * A reply of the proxy's own has a bound: once every reply before it has come (for the marker:
+ * once it was sent, as the replies before it cannot be counted), Redis answers it within
+ * --own-reply-timeout-ms, or the session closes the connection rather than wait for ever.
+ *
+ * A chunk is valid only during the process() call that gets it (the upstream connection reads
+ * into the same memory again, upstream/read-buffer.ts): whatever is kept past it is copied.
  */
-import { RedirectLines, type RedirectRewrite } from '../cluster/redirect-lines.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
+import { ErrorLines, type LineWatch } from './error-lines.js';
+import type { ResetMarker } from './reset-marker.js';
 
 /**
- * Bytes from Redis that may wait behind a redirect line being checked (reading from Redis pauses
+ * Bytes from Redis that may wait behind a line that waits (reading from Redis pauses
  * meanwhile, but a read may be under way): past this, the wait ends and the line goes on as it is.
  */
-const MAX_BYTES_BEHIND_REDIRECT = 1024 * 1024;
+const MAX_BYTES_BEHIND_LINE = 1024 * 1024;
 
 /** What the reply side needs of its session. */
 export interface ReplyStreamPort {
@@ -39,7 +46,9 @@ export interface ReplyStreamPort {
   untracked(reason: string, expected: boolean): void;
   /** A reply of the proxy's own is due but cannot be found. */
   lost(reason: string): void;
-  /** Replies wait behind a redirect line (true), or go on again (false): reading from Redis may pause meanwhile. */
+  /** A reply of the proxy's own did not come within its bound (`what` names it). */
+  ownReplyLate(what: string, waitedMs: number): void;
+  /** Replies wait behind a line that waits (true), or go on again (false): reading from Redis may pause meanwhile. */
   repliesWaiting(waiting: boolean): void;
 }
 
@@ -47,11 +56,13 @@ export interface ReplyStreamPort {
 type Mark =
   /** The reply to a command the proxy sent itself. */
   | { readonly kind: 'capture'; readonly handle: (reply: Buffer) => void; after: number }
-  /** Replies pass uncounted until Redis's `+RESET` (the client's RESET, sent while the connection was a pipe). */
-  | { readonly kind: 'reset'; after: number };
+  /**
+   * The refusal of the marker command sent right after a client's RESET in a plain pipe:
+   * replies pass uncounted until it, it is dropped, and `found` is told.
+   */
+  | { readonly kind: 'marker'; readonly marker: ResetMarker; readonly found: () => void; after: number };
 
-/** RESET's reply (networking.c resetCommand: addReplyStatus(c,"RESET")). */
-const RESET_REPLY = Buffer.from('+RESET\r\n');
+const EMPTY = Buffer.alloc(0);
 
 export class ReplyStream {
   private readonly scanner = new ReplyScanner();
@@ -60,44 +71,54 @@ export class ReplyStream {
   /** Marks still ahead, in stream order. */
   private marks: Mark[] = [];
   private captureParts: Buffer[] = [];
-  /** The first bytes of the frame passing before a reset mark, to tell whether it is `+RESET`. */
-  private readonly frameHead = Buffer.alloc(RESET_REPLY.length + 1);
-  private frameHeadLength = 0;
   /** Replies are no longer counted: bytes go to the client as they come. */
   private passing = false;
   /** Stop counting once the marks due now are passed (the connection became a pipe). */
   private passWhenDone = false;
+  /** Error lines acted on: -MOVED/-ASK with --cluster, the marker's refusal after a RESET. */
+  private readonly lines: ErrorLines;
   /** In front of a cluster: -MOVED/-ASK lines are rewritten, even once replies are no longer counted. */
-  private readonly redirects: RedirectLines | null;
   private redirectScan: boolean;
-  /** Chunks from Redis that arrived after a redirect line that waits (RedirectLines.waiting), in order. */
-  private behindRedirect: Buffer[] | null = null;
-  private bytesBehindRedirect = 0;
+  /** The line just ended was the marker's refusal (set by the watch, acted on by process()). */
+  private markerFound = false;
+  /** Chunks from Redis that arrived after a line that waits (ErrorLines.waiting), in order. */
+  private behindLine: Buffer[] | null = null;
+  private bytesBehindLine = 0;
+  /** The mark whose reply is due and timed now, its timer, and when it started. */
+  private clocked: Mark | null = null;
+  private clock: NodeJS.Timeout | undefined;
+  private clockStarted = 0;
 
-  /** `rewriteRedirect`: with --cluster, the rewriting of a -MOVED/-ASK line (see RedirectRewrite); null standalone. */
+  /**
+   * `redirects`: with --cluster, the rewriting of -MOVED/-ASK lines (cluster/node-replies.ts);
+   * null standalone. `ownReplyTimeoutMs`: the bound on a reply of the proxy's own.
+   */
   constructor(
     private readonly port: ReplyStreamPort,
-    rewriteRedirect: RedirectRewrite | null,
+    private readonly redirects: LineWatch | null,
+    private readonly ownReplyTimeoutMs: number,
   ) {
-    this.redirectScan = rewriteRedirect !== null;
-    this.scanner.trackErrors = rewriteRedirect !== null;
-    this.redirects = rewriteRedirect === null ? null : new RedirectLines(this.scanner, (bytes) => port.writeClient(bytes), rewriteRedirect);
+    this.redirectScan = redirects !== null;
+    this.scanner.trackErrors = redirects !== null;
+    this.lines = new ErrorLines(this.scanner, (bytes) => port.writeClient(bytes), {
+      couldBe: (head) => (this.markerDue()?.couldStart(head) ?? false) || (redirects?.couldBe(head) ?? false),
+      replace: (line) => this.replaceLine(line),
+    });
   }
 
   /** Whether chunks can go to the client without being looked at. */
   get passingThrough(): boolean {
-    return this.passing && !this.redirectScan && this.behindRedirect === null;
+    return this.passing && !this.redirectScan && this.behindLine === null;
   }
 
-  /** Whether any reply is still due: for a forwarded frame, or of the proxy's own, or one waiting behind a redirect. */
+  /** Whether any reply is still due: for a forwarded frame, or of the proxy's own, or one waiting behind a line. */
   get pending(): boolean {
-    return this.outstanding > 0 || this.marks.length > 0 || this.behindRedirect !== null;
+    return this.outstanding > 0 || this.marks.length > 0 || this.behindLine !== null;
   }
 
   /** Whether a reply of the proxy's own is still due. */
   get capturing(): boolean {
-    for (const mark of this.marks) if (mark.kind === 'capture') return true;
-    return false;
+    return this.marks.length > 0;
   }
 
   /** `count` replies come for frames just forwarded: after the last mark, if any. */
@@ -110,33 +131,42 @@ export class ReplyStream {
   capture(handle: (reply: Buffer) => void): void {
     this.marks.push({ kind: 'capture', handle, after: 0 });
     this.passing = false;
+    this.clockOwnReply();
   }
 
   /**
-   * The client sent RESET while the connection was a plain pipe: Redis's `+RESET` is found in the
-   * stream (what comes before it passes uncounted), and from it on, replies are counted again.
+   * The client sent RESET while the connection was a plain pipe, and `marker`'s command right
+   * after it: what comes before its refusal passes uncounted, the refusal is dropped, `found` is
+   * called, and from there on replies are counted again.
    */
-  countAgainAfterReset(): void {
-    this.marks.push({ kind: 'reset', after: 0 });
+  awaitMarker(marker: ResetMarker, found: () => void): void {
+    this.marks.push({ kind: 'marker', marker, found, after: 0 });
     this.passing = false;
     this.passWhenDone = false;
+    this.scanner.trackErrors = true;
+    this.clockOwnReply();
   }
 
   /** Replies stop being counted: at once, or after the marks still due. */
   stopCounting(): void {
     this.passWhenDone = true;
-    if (this.marks.length === 0) this.passing = true;
+    if (this.marks.length === 0) this.startPassing();
   }
 
-  /** Redis closed: a redirect line that waits, and one held across reads, go to the client now. */
+  /** Redis closed: a line that waits, and one held across reads, go to the client now. */
   flush(): void {
-    while (this.behindRedirect !== null) this.endRedirectWait();
-    this.redirects?.flush();
+    while (this.behindLine !== null) this.endLineWait();
+    this.lines.flush();
+  }
+
+  /** The connection is closed: no bound runs any more. */
+  stop(): void {
+    this.stopClock();
   }
 
   /** One chunk from Redis. */
   process(chunk: Buffer): void {
-    if (this.behindRedirect !== null) return this.waitBehindRedirect(chunk);
+    if (this.behindLine !== null) return this.waitBehindLine(chunk);
     const scanner = this.scanner;
     scanner.newChunk();
     let pos = 0;
@@ -151,8 +181,8 @@ export class ReplyStream {
           this.redirectScan = false;
           break;
         }
-        if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
-        if (this.redirects?.waiting) return this.startRedirectWait(chunk.subarray(pos));
+        if (scanner.errorEnded) from = this.lines.lineEnded(chunk, from, pos);
+        if (this.lines.waiting) return this.startLineWait(chunk.subarray(pos));
         continue;
       }
       if (this.marks.length === 0 || this.outstanding > 0) {
@@ -160,22 +190,24 @@ export class ReplyStream {
         pos = scanner.scan(chunk, pos, limit);
         if (scanner.error !== '') return this.desync(chunk, from, scanner.error);
         this.outstanding -= scanner.replies;
-        if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
+        if (scanner.errorEnded) from = this.lines.lineEnded(chunk, from, pos);
         if (this.outstanding < 0) this.unexpectedReplies(chunk, from);
-        if (this.redirects?.waiting) return this.startRedirectWait(chunk.subarray(pos));
+        if (this.lines.waiting) return this.startLineWait(chunk.subarray(pos));
         continue;
       }
-      // The next frame is the mark's: a reply of the proxy's own (pushes excepted), or one passing before +RESET.
+      if (this.marks[0].kind === 'marker') {
+        // Replies pass uncounted until the marker's refusal, at whatever depth they seem to leave it.
+        pos = scanner.scan(chunk, pos, Number.MAX_SAFE_INTEGER);
+        if (scanner.error !== '') return this.desync(chunk, from, scanner.error);
+        if (scanner.errorEnded) from = this.lines.lineEnded(chunk, from, pos);
+        if (this.markerFound) this.markerPassed();
+        else if (this.lines.waiting) return this.startLineWait(chunk.subarray(pos));
+        continue;
+      }
+      // The next frame is the mark's: a reply of the proxy's own (pushes excepted).
       const frameBegin = scanner.atFrameBoundary ? pos : from;
       pos = scanner.scan(chunk, pos, 1, true);
       if (scanner.error !== '') return this.desync(chunk, from, scanner.error);
-      if (this.marks[0].kind === 'reset') {
-        this.noteFrameHead(chunk, frameBegin, pos);
-        if (scanner.errorEnded && this.redirects !== null) from = this.redirects.lineEnded(chunk, from, pos);
-        if (scanner.atFrameBoundary && this.frameEnded()) this.passMark();
-        if (this.redirects?.waiting) return this.startRedirectWait(chunk.subarray(pos));
-        continue;
-      }
       if (scanner.isPush) continue;
       this.port.writeClient(chunk.subarray(from, frameBegin));
       // A reply that goes on in the next chunk keeps a copy of this part.
@@ -184,63 +216,80 @@ export class ReplyStream {
       from = pos;
       if (scanner.atFrameBoundary) this.captured();
     }
+    this.clockOwnReply();
     if (from >= chunk.length) return;
-    if (scanner.inErrorLine && this.redirects?.holdAtChunkEnd(chunk, from)) return;
+    if (scanner.inErrorLine && this.lines.holdAtChunkEnd(chunk, from)) return;
     this.port.writeClient(from === 0 ? chunk : chunk.subarray(from));
   }
 
-  /** A redirect line waits for the topology: `rest`, and every chunk after it, waits behind it. */
-  private startRedirectWait(rest: Buffer): void {
-    const waiting = this.redirects?.waiting;
-    this.behindRedirect = [];
-    this.bytesBehindRedirect = 0;
+  /** The marker due now, when the next reply may be its refusal. */
+  private markerDue(): ResetMarker | null {
+    const mark = this.marks[0];
+    return mark !== undefined && mark.kind === 'marker' && this.outstanding === 0 && !this.passing ? mark.marker : null;
+  }
+
+  /** What goes out instead of a whole error line (error-lines.ts): the marker's refusal is dropped, a redirect rewritten. */
+  private replaceLine(line: Buffer): ReturnType<LineWatch['replace']> {
+    if (this.markerDue()?.matches(line)) {
+      this.markerFound = true;
+      return EMPTY;
+    }
+    return this.redirects === null ? null : this.redirects.replace(line);
+  }
+
+  /** The marker's refusal was dropped: it stands on its own, and replies are counted again after it. */
+  private markerPassed(): void {
+    this.markerFound = false;
+    this.scanner.restartAtTopLevel();
+    const mark = this.passMark();
+    this.scanner.trackErrors = this.redirects !== null || this.marks.some((later) => later.kind === 'marker');
+    if (mark.kind === 'marker') mark.found();
+  }
+
+  /** A line waits: `rest`, and every chunk after it, waits behind it. */
+  private startLineWait(rest: Buffer): void {
+    const waiting = this.lines.waiting;
+    this.behindLine = [];
+    this.bytesBehindLine = 0;
     this.port.repliesWaiting(true);
-    this.waitBehindRedirect(rest);
+    this.waitBehindLine(rest);
     void waiting?.checked.then(() => {
-      if (this.redirects?.waiting === waiting) this.endRedirectWait();
+      if (this.lines.waiting === waiting) this.endLineWait();
     });
   }
 
-  private waitBehindRedirect(chunk: Buffer): void {
+  private waitBehindLine(chunk: Buffer): void {
     if (chunk.length === 0) return;
-    (this.behindRedirect as Buffer[]).push(Buffer.from(chunk));
-    this.bytesBehindRedirect += chunk.length;
-    if (this.bytesBehindRedirect > MAX_BYTES_BEHIND_REDIRECT) this.endRedirectWait();
+    (this.behindLine as Buffer[]).push(Buffer.from(chunk));
+    this.bytesBehindLine += chunk.length;
+    if (this.bytesBehindLine > MAX_BYTES_BEHIND_LINE) this.endLineWait();
   }
 
-  /** The waiting line goes out, then what waited behind it, as if it arrived now (it may wait again at a later redirect). */
-  private endRedirectWait(): void {
-    const behind = this.behindRedirect as Buffer[];
-    const redirects = this.redirects as RedirectLines;
-    this.behindRedirect = null;
+  /** The waiting line goes out, then what waited behind it, as if it arrived now (it may wait again at a later line). */
+  private endLineWait(): void {
+    const behind = this.behindLine as Buffer[];
+    this.behindLine = null;
     if (this.port.clientGone) {
-      redirects.drop();
+      this.lines.drop();
       return;
     }
-    redirects.release();
+    this.lines.release();
     for (const chunk of behind) this.process(chunk);
-    if (this.behindRedirect === null) this.port.repliesWaiting(false);
-  }
-
-  /** Keeps the first bytes of the frame passing before a reset mark (it may span reads). */
-  private noteFrameHead(chunk: Buffer, begin: number, end: number): void {
-    const take = Math.min(end - begin, this.frameHead.length - this.frameHeadLength);
-    if (take > 0) this.frameHeadLength += chunk.copy(this.frameHead, this.frameHeadLength, begin, begin + take);
-  }
-
-  /** A frame passed before a reset mark: whether it was Redis's `+RESET`. */
-  private frameEnded(): boolean {
-    const isReset = this.frameHeadLength === RESET_REPLY.length && RESET_REPLY.equals(this.frameHead.subarray(0, RESET_REPLY.length));
-    this.frameHeadLength = 0;
-    return isReset;
+    if (this.behindLine === null) this.port.repliesWaiting(false);
   }
 
   /** The mark at the head is passed: the replies that follow it are counted. */
   private passMark(): Mark {
     const mark = this.marks.shift() as Mark;
     this.outstanding += mark.after;
-    if (this.passWhenDone && this.marks.length === 0) this.passing = true;
+    if (this.passWhenDone && this.marks.length === 0) this.startPassing();
     return mark;
+  }
+
+  /** Replies are no longer counted: what was still expected no longer matters. */
+  private startPassing(): void {
+    this.passing = true;
+    this.outstanding = 0;
   }
 
   /** A whole reply of the proxy's own is in: to its handler. */
@@ -249,6 +298,32 @@ export class ReplyStream {
     this.captureParts = [];
     const mark = this.passMark();
     if (mark.kind === 'capture') mark.handle(reply);
+  }
+
+  /**
+   * Times the reply of the proxy's own at the head of the stream once it is due: a capture once
+   * every reply before it has come, the marker at once (what comes before it cannot be counted).
+   */
+  private clockOwnReply(): void {
+    const head = this.marks[0];
+    const due = head !== undefined && !this.passing && (this.outstanding === 0 || head.kind === 'marker') ? head : null;
+    if (due === this.clocked) return;
+    this.stopClock();
+    if (due === null) return;
+    this.clocked = due;
+    this.clockStarted = performance.now();
+    this.clock = setTimeout(() => {
+      this.clock = undefined;
+      const what = due.kind === 'marker' ? 'the RESET marker' : 'a reply to a command of its own';
+      this.port.ownReplyLate(what, Math.round(performance.now() - this.clockStarted));
+    }, this.ownReplyTimeoutMs);
+    this.clock.unref();
+  }
+
+  private stopClock(): void {
+    clearTimeout(this.clock);
+    this.clock = undefined;
+    this.clocked = null;
   }
 
   /** More replies than requests: something the proxy did not account for. */

@@ -20,7 +20,8 @@ import { WholeFrameReader } from '../resp/whole-frame.js';
 import { countedApart, namesVerifyConnection } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
-import { FrameMeaning, mayBeReplySkip, TransactionState } from './transaction-state.js';
+import { ResetMarker } from './reset-marker.js';
+import { FrameMeaning, TransactionState } from './transaction-state.js';
 
 /** What the client-to-server side needs of its session. */
 export interface RequestFlowPort {
@@ -79,8 +80,6 @@ export class RequestFlow implements LockBlockPort {
    * without rules whose URL has no AUTH/SELECT (a RESET changes nothing the proxy does there).
    */
   private resetEndsPipe = false;
-  /** The pipe's last frame may be CLIENT REPLY SKIP: Redis does not answer a RESET right after it, which then ends nothing. */
-  private replySkipped = false;
   /** The pipe stays after a RESET: the connection was opened while no rule was loaded. */
   private readonly pipeWithoutRules: boolean;
   /**
@@ -333,7 +332,6 @@ export class RequestFlow implements LockBlockPort {
     this.piping = true;
     // A RESET matters where lock blocks may follow it, or the URL's AUTH/SELECT must.
     this.resetEndsPipe = resettable && (!this.pipeWithoutRules || this.ctx.upstream.setup.length > 0);
-    this.replySkipped = mayBeReplySkip(this.scanner); // the frame that made the pipe
     this.blocks.stopTimer();
     // Replies stop being counted, unless a reply of the proxy's own is still due: then after it.
     this.replies.stopCounting();
@@ -341,8 +339,8 @@ export class RequestFlow implements LockBlockPort {
 
   /**
    * A chunk (from `from`) of a plain pipe goes upstream as it is. Where a RESET ends the pipe, the
-   * scanner goes on finding frames from `pos`: the replies are counted again from its +RESET, and
-   * as RESET logs the connection out and selects db 0, the upstream URL's AUTH/SELECT follow it.
+   * scanner goes on finding frames from `pos`; after a RESET, the proxy's marker command follows
+   * it (reset-marker.ts), and the client's next bytes wait until its refusal has come back.
    */
   private pipeChunk(chunk: Buffer, from: number, pos: number): void {
     const scanner = this.scanner;
@@ -354,34 +352,33 @@ export class RequestFlow implements LockBlockPort {
         this.resetEndsPipe = false; // Redis answers with a protocol error and closes
         break;
       }
-      if ((event & END) === 0) continue;
       // A one-argument frame reports its head and end at once.
-      const reset = (event & HEAD) !== 0 && scanner.cmd === Cmd.Reset && scanner.argc === 1 && !this.replySkipped;
-      this.replySkipped = mayBeReplySkip(scanner);
-      if (reset) {
-        this.port.writeUpstream(chunk.subarray(from, pos));
-        const setupSent = this.resetFromPipe();
-        if (pos === chunk.length) return;
-        // After the URL's AUTH/SELECT, the rest waits for their replies; without them it is read now.
-        if (setupSent) this.port.stall(chunk.subarray(pos));
-        else this.process(chunk.subarray(pos));
-        return;
-      }
+      if ((event & END) === 0 || (event & HEAD) === 0 || scanner.cmd !== Cmd.Reset || scanner.argc !== 1) continue;
+      this.port.writeUpstream(chunk.subarray(from, pos));
+      this.resetFromPipe();
+      if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
+      return;
     }
     this.port.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
   }
 
   /**
-   * A RESET went upstream while the connection was a pipe: the state is Redis's initial one again.
-   * Returns whether the URL's AUTH/SELECT went after it.
+   * A RESET went upstream while the connection was a plain pipe. Whether Redis answers it cannot
+   * be told from here (CLIENT REPLY SKIP), nor where its answer lies (the replies before it are
+   * not counted), but Redis runs it: the marker command follows, and the client waits. Once the
+   * marker's refusal is back, the state is Redis's initial one: the upstream URL's AUTH/SELECT go
+   * again, and the replies are counted again (unless the pipe stays: no rule was loaded).
    */
-  private resetFromPipe(): boolean {
+  private resetFromPipe(): void {
     this.tx.frame(this.scanner); // out of any transaction, nothing watched
-    this.replies.countAgainAfterReset();
-    const setupSent = this.port.startSetup();
-    if (this.pipeWithoutRules)
-      this.replies.stopCounting(); // still a pipe, once the setup's replies are in
-    else this.piping = false;
-    return setupSent;
+    const marker = new ResetMarker();
+    this.port.writeUpstream(marker.command);
+    this.port.holdClient();
+    this.replies.awaitMarker(marker, () => {
+      if (!this.pipeWithoutRules) this.piping = false;
+      const setupSent = this.port.startSetup();
+      if (this.pipeWithoutRules) this.replies.stopCounting(); // still a pipe, once the setup's replies are in
+      if (!setupSent) this.port.resumeClient();
+    });
   }
 }

@@ -78,7 +78,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     // Deferred: what Redis sent before it closed is read before more is written to it (write-batch.ts).
     this.toUpstream = new DeferredWrites(socket, (bytes) => this.sendUpstream(bytes));
     const nodes = ctx.cluster ? new NodeReplies(ctx.cluster, client, host, ctx.upstream.target.tls, ctx.stats) : null;
-    this.replies = new ReplyStream(this, nodes?.rewriteRedirect ?? null);
+    this.replies = new ReplyStream(this, nodes?.redirects ?? null, ctx.ownReplyTimeoutMs);
     this.requests = new RequestFlow(this, this.replies, ctx, nodes);
     if (ctx.log.isLevelEnabled('debug')) this.log.debug({ upstream: address }, 'client connected');
 
@@ -136,6 +136,11 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   }
 
   private onSetupReply(reply: Buffer): void {
+    if (reply[0] !== 0x2b /* + */ && reply[0] !== 0x2d /* - */) {
+      // AUTH and SELECT answer +OK or an error: anything else is another command's reply.
+      this.lost(`AUTH/SELECT answered with a reply of type ${JSON.stringify(String.fromCharCode(reply[0]))}`);
+      return;
+    }
     if (reply[0] === 0x2d /* - */) {
       const message = reply.toString('latin1').trim().slice(1, 200);
       this.log.error({ upstream: this.ctx.upstream.describe(), error: message }, 'upstream rejected the connection setup');
@@ -258,6 +263,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     if (this.closed) return;
     this.closed = true;
     this.requests.stop();
+    this.replies.stop();
     this.ctx.stats.connectionsOpen--;
     // A side being ended still has its last bytes on the way: it closes itself once they are out.
     if (!this.client.writableEnded) this.client.destroy();
@@ -352,6 +358,16 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.repliesHeld = waiting;
     this.updateFlow();
     if (!waiting && this.draining) this.closeIfDrained();
+  }
+
+  /** Redis did not answer a command of the proxy's own in time: the connection's state is unknown, as after a network failure. */
+  ownReplyLate(what: string, waitedMs: number): void {
+    this.ctx.stats.ownRepliesTimedOut++;
+    this.log.error(
+      { waiting: what, waitedMs, upstream: this.upstreamAddress },
+      "no reply from Redis to a command of the proxy's own in time; closing the connection",
+    );
+    this.closeAfterReplies();
   }
 
   /** The proxy's own reply cannot be found: the connection's state is unknown. Never fake it. */

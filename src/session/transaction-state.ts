@@ -29,7 +29,6 @@ export const enum FrameMeaning {
 }
 
 const REPLY = Buffer.from('reply');
-const SKIP = Buffer.from('skip');
 
 export class TransactionState {
   /** Inside MULTI: commands are queued until EXEC or DISCARD. */
@@ -141,15 +140,6 @@ export class TransactionState {
 function isClientReply(scanner: RequestScanner): boolean {
   if (scanner.cmd !== Cmd.Client) return false;
   return scanner.inline || (scanner.argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY));
-}
-
-/**
- * CLIENT REPLY SKIP: Redis answers nothing to the next command, whatever it is (networking.c
- * clientCommand; a RESET included). An inline CLIENT's arguments are not captured, so any could be it.
- */
-export function mayBeReplySkip(scanner: RequestScanner): boolean {
-  if (!isClientReply(scanner)) return false;
-  return scanner.inline || (scanner.argc === 3 && scanner.valueLength === SKIP.length && equalsIgnoreCase(scanner.value, 0, SKIP));
 }
 
 /** Whether Redis queues `cmd` inside MULTI: the transaction's own commands, QUIT and RESET run at once (server.c processCommand). */

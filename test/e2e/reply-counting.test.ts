@@ -131,8 +131,8 @@ describe('RESET once the connection is a plain pipe, with a URL without AUTH or 
   }
 });
 
-describe('RESET right after CLIENT REPLY SKIP', () => {
-  it('is not answered by Redis, so it ends no pipe; the next RESET does, and lock blocks are fixed again', async () => {
+describe('RESET whose reply Redis may or may not send (CLIENT REPLY SKIP)', () => {
+  it('right after CLIENT REPLY SKIP: not answered, but Redis runs it; the pipe ends, and lock blocks are fixed again', async () => {
     const key = taskLockKey(33n);
     const skipThenReset = Buffer.concat([cmd('CLIENT', 'REPLY', 'SKIP'), cmd('RESET'), cmd('PING', 'after')]);
     expect(await exchange(env.redis.port, skipThenReset, 1)).toBe('$5\r\nafter\r\n');
@@ -140,9 +140,110 @@ describe('RESET right after CLIENT REPLY SKIP', () => {
     const client = await RawClient.connect(env.proxy.port);
     client.write(Buffer.concat([skipThenReset, lockAttempt(key, 600), cmd('PEXPIRE', key, '5000')]));
     expect((await client.readReplies(1 + 4 + 1)).toString('latin1')).toBe('$5\r\nafter\r\n' + attemptReplies(1, 1) + ':1\r\n');
-    client.write(Buffer.concat([cmd('RESET'), lockAttempt(key, 600)]));
-    expect((await client.readReplies(1 + 4)).toString('latin1')).toBe('+RESET\r\n' + attemptReplies(2, 0));
+    client.write(lockAttempt(key, 600));
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
     await client.close();
+  });
+
+  /** Sends `bytes` directly and through `port`, from the same empty state; both replies, up to `count`. */
+  async function bothWays(port: number, bytes: Buffer, count: number): Promise<{ direct: string; proxied: string }> {
+    await call('FLUSHALL');
+    const direct = await exchange(env.redis.port, bytes, count);
+    await call('FLUSHALL');
+    const proxied = await exchange(port, bytes, count);
+    return { direct, proxied };
+  }
+
+  it('a queued CLIENT REPLY SKIP (MULTI … EXEC), then RESET and a lock block: as directly, the block fixed', async () => {
+    // EXEC's array counts the queued CLIENT REPLY, which answers nothing: the next reply reads as its element.
+    const key = taskLockKey(34n);
+    const bytes = Buffer.concat([
+      cmd('MULTI'),
+      cmd('CLIENT', 'REPLY', 'SKIP'),
+      cmd('EXEC'),
+      cmd('RESET'),
+      lockAttempt(key, 600),
+      cmd('PEXPIRE', key, '5000'),
+      lockAttempt(key, 600),
+    ]);
+    // Frames: +OK, +QUEUED, EXEC's *1 holding the block's +OK, the block's other three, :1, the second block.
+    const { direct, proxied } = await bothWays(env.proxy.port, bytes, 2 + 1 + 3 + 1 + 4);
+    expect(direct).toBe('+OK\r\n+QUEUED\r\n*1\r\n' + attemptReplies(1, 1) + ':1\r\n' + attemptReplies(2, 1));
+    expect(proxied).toBe(direct.replace(/:1\r\n$/, ':0\r\n')); // the second attempt left the expiry alone
+  });
+
+  it('a RESP3 script that answers +RESET while subscribed is not taken for RESET’s reply', async () => {
+    const key = taskLockKey(35n);
+    const bytes = Buffer.concat([
+      cmd('HELLO', '3'),
+      cmd('SUBSCRIBE', 'c'),
+      cmd('EVAL', "return {ok='RESET'}", '0'),
+      cmd('RESET'),
+      lockAttempt(key, 600),
+      cmd('SET', 'after', '1'),
+      cmd('GET', 'after'),
+    ]);
+    const { direct, proxied } = await bothWays(env.proxy.port, bytes, 1 + 1 + 1 + 1 + 4 + 2);
+    expect(direct).toMatch(/>3\r\n\$9\r\nsubscribe\r\n\$1\r\nc\r\n:1\r\n\+RESET\r\n\+RESET\r\n/);
+    expect(direct.endsWith(attemptReplies(1, 1) + '+OK\r\n$1\r\n1\r\n')).toBe(true);
+    const clientId = (replies: string): string => replies.replace(/\$2\r\nid\r\n:\d+\r\n/, '$2\r\nid\r\n:ID\r\n');
+    expect(clientId(proxied)).toBe(clientId(direct)); // HELLO names each connection's own id
+  });
+});
+
+describe('RESET after a CLIENT REPLY SKIP that Redis did not honour: the URL’s AUTH and SELECT follow it', () => {
+  let proxy: TestProxy | undefined;
+  let denied: TestProxy | undefined;
+
+  beforeAll(async () => {
+    await call('ACL', 'SETUSER', 'app', 'reset', 'on', '>secret', '~*', '&*', '+@all');
+    // A user refused CLIENT: its CLIENT REPLY SKIP skips nothing.
+    await call('ACL', 'SETUSER', 'noclient', 'reset', 'on', '>secret', '~*', '&*', '+@all', '-client');
+    proxy = await startTestProxy({ upstream: `redis://app:secret@127.0.0.1:${env.redis.port}/3` });
+    denied = await startTestProxy({ upstream: `redis://noclient:secret@127.0.0.1:${env.redis.port}/3` });
+  });
+
+  afterAll(async () => {
+    await Promise.all([proxy?.close(), denied?.close()]);
+    await call('ACL', 'DELUSER', 'app', 'noclient');
+  });
+
+  async function landedInUrlDb(key: string): Promise<void> {
+    expect(await call('SELECT', '3')).toBe('+OK\r\n');
+    expect(await call('EXISTS', key)).toBe(':1\r\n');
+    expect(await call('SELECT', '0')).toBe('+OK\r\n');
+    expect(await call('EXISTS', key)).toBe(':0\r\n');
+  }
+
+  it('SKIP while replies are OFF (ignored): RESET is answered, AUTH and SELECT follow, lock blocks are fixed', async () => {
+    const key = taskLockKey(36n);
+    const client = await RawClient.connect((proxy as TestProxy).port);
+    client.write(
+      Buffer.concat([
+        cmd('CLIENT', 'REPLY', 'OFF'),
+        cmd('CLIENT', 'REPLY', 'SKIP'),
+        cmd('RESET'),
+        cmd('SET', 'kk', 'v'),
+        lockAttempt(key, 600),
+        cmd('CLIENT', 'INFO'),
+      ]),
+    );
+    const replies = (await client.readReplies(1 + 1 + 4 + 1)).toString('latin1');
+    expect(replies.startsWith('+RESET\r\n+OK\r\n' + attemptReplies(1, 1))).toBe(true);
+    expect(replies).toMatch(/ db=3 .* user=app /);
+    client.write(lockAttempt(key, 600));
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
+    await client.close();
+    await landedInUrlDb('kk');
+  });
+
+  it('SKIP refused (-NOPERM): RESET is answered, AUTH and SELECT follow', async () => {
+    const client = await RawClient.connect((denied as TestProxy).port);
+    client.write(Buffer.concat([cmd('CLIENT', 'REPLY', 'SKIP'), cmd('RESET'), cmd('SET', 'kk2', 'v')]));
+    const replies = (await client.readReplies(3)).toString('latin1');
+    expect(replies).toMatch(/^-NOPERM [^\r]*\r\n\+RESET\r\n\+OK\r\n$/);
+    await client.close();
+    await landedInUrlDb('kk2');
   });
 });
 
@@ -198,5 +299,32 @@ describe('EXEC that Redis refuses still ends the transaction', () => {
     const proxied = await exchange(env.proxy.port, batch, 2 + 4 + 1 + 4);
     expect(proxied).toBe(direct.replace(/:1\r\n$/, ':0\r\n')); // the second attempt left the expiry alone
     expect(Number(/:(\d+)/.exec(await call('PTTL', key))?.[1])).toBeLessThanOrEqual(5000);
+  });
+});
+
+describe('a reply of the proxy’s own that does not come in time', () => {
+  it('closes the connection, logged and counted, when Redis is stuck past --own-reply-timeout-ms', async () => {
+    const proxy = await startTestProxy({ upstream: `${env.redis.url}/3`, admin: true, flags: ['--own-reply-timeout-ms', '300'] });
+    const busy = await RawClient.connect(env.redis.port);
+    try {
+      // The server runs a script for 3 s: the proxy's SELECT at connect waits behind it.
+      busy.write(cmd('EVAL', "local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < 3 do end return 1", '0'));
+      await sleep(200);
+      const client = await RawClient.connect(proxy.port);
+      client.write(cmd('PING'));
+      expect((await client.readUntilClosed(10_000)).toString('latin1')).toBe('');
+      expect(proxy.stats.ownRepliesTimedOut).toBe(1);
+      expect(await proxy.metrics()).toMatch(/^redis_lock_proxy_own_replies_timed_out_total 1$/m);
+      const line = proxy
+        .logs()
+        .find((entry) => entry.msg === "no reply from Redis to a command of the proxy's own in time; closing the connection");
+      expect(line).toMatchObject({ waiting: 'a reply to a command of its own' });
+      expect(line?.waitedMs).toBeGreaterThanOrEqual(300);
+      await client.close();
+    } finally {
+      await busy.readReplies(1, 10_000);
+      await busy.close();
+      await proxy.close();
+    }
   });
 });
