@@ -34,9 +34,8 @@ export interface RequestFlowPort {
   /** Sends the upstream URL's AUTH/SELECT (after RESET); true when sent, and the client's next bytes then wait. */
   startSetup(): boolean;
   /**
-   * Redis reads nothing after what was just sent (QUIT, a protocol error) and closes: the
-   * client's next bytes wait for that close, and go with it. Writing them would only meet the
-   * reset of the closed connection, which can lose Redis's last reply.
+   * Redis reads nothing after what was just sent (QUIT) and closes: the client's next bytes wait
+   * for that close, and go with it.
    */
   awaitClose(): void;
   /** The client's next bytes wait until resumeClient(). */
@@ -176,8 +175,10 @@ export class RequestFlow implements LockBlockPort {
         this.port.log.debug({ reason: scanner.malformedReason }, 'malformed request: passing it to Redis unread');
         this.flushPending('malformed');
         this.enterPipe(false);
+        // Redis answers with a protocol error and closes, but only once it has read what it needs
+        // to tell (the rest of the line, say): what the client sends goes on as it comes. Should
+        // it meet Redis's close, the reply is still read first (upstream/upstream-socket.ts).
         this.port.writeUpstream(chunk.subarray(from));
-        this.port.awaitClose(); // Redis answers with a protocol error and closes
         return;
       }
       if (event & HEAD) {

@@ -10,6 +10,7 @@
 import net from 'node:net';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { whileBusy } from '../support/busy.js';
 import { Cli, cleanEnv, ensureBuilt } from '../support/cli.js';
 import { freePort } from '../support/ports.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
@@ -75,6 +76,48 @@ async function answerAlone(port: number, bytes: Buffer): Promise<string> {
 
 const FILLER = Buffer.alloc(4096, 'a');
 
+/**
+ * Writes `bytes` in pieces of the given sizes, one write each, then the rest `lastAfterMs` later;
+ * resolves with every byte received until the close, or until the client gives up (1.5 s: Redis
+ * answers at once, and a proxy that held the last bytes back waiting for Redis's close would
+ * make it wait for ever).
+ */
+function sendInPieces(port: number, bytes: Buffer, pieces: number[], lastAfterMs: number): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.setNoDelay(true);
+    let received = '';
+    const finish = (): void => {
+      socket.destroy();
+      resolve(received);
+    };
+    socket.on('data', (chunk) => (received += chunk.toString('latin1')));
+    socket.on('close', finish);
+    socket.on('error', finish);
+    setTimeout(finish, 1500);
+    socket.on('connect', () => {
+      let at = 0;
+      for (const size of pieces) {
+        socket.write(bytes.subarray(at, at + size));
+        at += size;
+      }
+      setTimeout(() => {
+        if (!socket.destroyed) socket.write(bytes.subarray(at));
+      }, lastAfterMs);
+    });
+  });
+}
+
+/** Runs `attempt` `times` times and counts each distinct outcome. */
+async function outcomes(times: number, attempt: () => Promise<string>): Promise<Record<string, number>> {
+  const counts: Record<string, number> = {};
+  for (let i = 0; i < times; i++) {
+    const outcome = await attempt();
+    counts[outcome] = (counts[outcome] ?? 0) + 1;
+  }
+  return counts;
+}
+
 describe('the last reply before Redis closes reaches the client, while the client keeps sending', () => {
   it('a protocol error: every time, the replies before it and the error itself', async () => {
     const request = Buffer.from('*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$x\r\nk\r\n');
@@ -105,14 +148,46 @@ describe('the last reply before Redis closes reaches the client, while the clien
     for (let i = 0; i < 5; i++) expect(await sendAndKeepWriting(proxyPort, request, FILLER, /\+OK\r\n\+OK/)).toBe(expected);
   });
 
-  it('the client limit: Redis’s refusal', async () => {
+  it('a protocol error in a frame that arrives in pieces (9, 1, 1, 5 bytes, the last byte 1 ms later), quiet and busy', async () => {
+    const request = Buffer.from('*2\r\n$3\r\nGET\r\n:1\r\n');
+    const direct = await sendInPieces(env.redis.port, request, [9, 1, 1, 5], 1);
+    expect(direct).toBe("-ERR Protocol error: expected '$', got ':'\r\n");
+    const attempt = (): Promise<string> => sendInPieces(proxyPort, request, [9, 1, 1, 5], 1);
+    expect(await outcomes(10, attempt)).toEqual({ [direct]: 10 });
+    expect(await whileBusy(() => outcomes(10, attempt))).toEqual({ [direct]: 10 });
+  });
+
+  it('a protocol error with commands after the bad frame, quiet and busy', async () => {
+    const bad = Buffer.from('*6\r\n$4\r\nHSET\r\n$1\r\nh\r\n-7\r\n');
+    const request = Buffer.concat([cmd('PING'), bad, cmd('SET', 'after-error', 'x'), cmd('PING'), cmd('GET', 'after-error')]);
+    const direct = await sendInPieces(env.redis.port, request, [request.length - 1], 1);
+    expect(direct).toMatch(/^\+PONG\r\n-ERR Protocol error: expected '\$', got '-'\r\n$/);
+    const attempt = (): Promise<string> => sendInPieces(proxyPort, request, [request.length - 1], 1);
+    expect(await outcomes(10, attempt)).toEqual({ [direct]: 10 });
+    expect(await whileBusy(() => outcomes(10, attempt))).toEqual({ [direct]: 10 });
+    expect(await env.admin.call('EXISTS', 'after-error')).toBe(':0\r\n');
+  });
+
+  it('on a busy machine too: the protocol error and QUIT while the client keeps sending', async () => {
+    const request = Buffer.from('*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$x\r\nk\r\n');
+    const expected = await answerAlone(env.redis.port, request);
+    const quit = Buffer.concat([cmd('PING'), cmd('QUIT')]);
+    await whileBusy(async () => {
+      expect(await outcomes(10, () => sendAndKeepWriting(proxyPort, request, FILLER, /^-ERR/m))).toEqual({ [expected]: 10 });
+      expect(await outcomes(10, () => sendAndKeepWriting(proxyPort, quit, FILLER, /\+OK/))).toEqual({ '+PONG\r\n+OK\r\n': 10 });
+    });
+  });
+
+  it('the client limit: Redis’s refusal, quiet and busy', async () => {
     const full = await startRedis({ args: ['--maxclients', '1'] });
     const holder = await RawClient.connect(full.port); // takes the only place
     try {
       const port = await startProxyProcess(full.url);
       const expected = await answerAlone(full.port, cmd('PING'));
       expect(expected).toMatch(/^-ERR max number of clients reached\r\n$/);
-      for (let i = 0; i < 5; i++) expect(await sendAndKeepWriting(port, cmd('PING'), FILLER, /^-ERR/m)).toBe(expected);
+      const attempt = (): Promise<string> => sendAndKeepWriting(port, cmd('PING'), FILLER, /^-ERR/m);
+      expect(await outcomes(5, attempt)).toEqual({ [expected]: 5 });
+      expect(await whileBusy(() => outcomes(10, attempt))).toEqual({ [expected]: 10 });
     } finally {
       await holder.close();
       await full.stop();
