@@ -12,7 +12,7 @@
  * A failure prints the seed; `TRANSPARENCY_SEED=<n>` runs just that seed.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mulberry32 } from '../bench/random.js';
+import { Rng } from '../bench/random.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { cmd, RawClient, splitFrames } from '../support/resp.js';
@@ -27,42 +27,6 @@ async function flushAll(): Promise<void> {
 }
 
 const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
-
-// ---------------------------------------------------------------------------
-// Deterministic PRNG
-// ---------------------------------------------------------------------------
-
-class Rng {
-  private readonly next: () => number;
-
-  constructor(seed: number) {
-    this.next = mulberry32(seed);
-  }
-
-  /** Integer in [min, max]. */
-  int(min: number, max: number): number {
-    return min + Math.floor(this.next() * (max - min + 1));
-  }
-
-  chance(p: number): boolean {
-    return this.next() < p;
-  }
-
-  pick<T>(items: readonly T[]): T {
-    return items[Math.floor(this.next() * items.length)];
-  }
-
-  /** Picks by weight: `[[weight, value], ...]`. */
-  weighted<T>(table: ReadonlyArray<readonly [number, T]>): T {
-    const total = table.reduce((sum, [w]) => sum + w, 0);
-    let r = this.next() * total;
-    for (const [w, value] of table) {
-      r -= w;
-      if (r < 0) return value;
-    }
-    return table[table.length - 1][1];
-  }
-}
 
 // ---------------------------------------------------------------------------
 // Command plans

@@ -63,11 +63,12 @@ async function decide(): Promise<ContainerPlan> {
 
 /**
  * The suite's server tests: the test files that start a Redis (they import one
- * of the server helpers of test/support/). Against a server image they run
+ * of the server helpers of test/support/, or the integrity stress's targets,
+ * test/stress/setups.ts). Against a server image they run
  * with REDIS_TEST_IMAGE set, which makes every server they start a container.
  */
 export function serverTestFiles(): string[] {
-  const starts = /from '(?:\.\.?\/)+(?:support\/)?(?:redis|redis-and-proxy|cluster|sentinel)\.js'/;
+  const starts = /from '(?:\.\.?\/)+(?:(?:support\/)?(?:redis|redis-and-proxy|cluster|sentinel)|stress\/setups)\.js'/;
   return walk(TEST_DIR)
     .filter((file) => file.endsWith('.test.ts') && !file.startsWith(path.join(TEST_DIR, 'containers')))
     .filter((file) => starts.test(readFileSync(file, 'utf8')))

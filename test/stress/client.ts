@@ -1,0 +1,183 @@
+/**
+ * One connection of the integrity stress: it writes its workload's batches in random splits
+ * (whole, in pieces, down to one byte a write), checks every byte it receives against what the
+ * batch must bring (expected.ts), and, if it is a slow reader, stops reading now and then. A
+ * subscriber connection only reads: the messages its paired client publishes.
+ */
+import net from 'node:net';
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
+import type { Rng } from '../bench/random.js';
+import { cmd } from '../support/resp.js';
+import { ExpectedStream, type Mismatch } from './expected.js';
+import type { ClientWorkload } from './workload.js';
+
+export interface Endpoint {
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface ConnectionOptions {
+  readonly endpoint: Endpoint;
+  readonly rng: Rng;
+  /** Stops reading now and then, for a few to a hundred milliseconds. */
+  readonly slow: boolean;
+  /** No byte for this long while bytes are expected: the connection is reported stalled. */
+  readonly stallMs: number;
+}
+
+/** The bytes of a batch up to this size may be written one byte a write (larger ones start so). */
+const BYTEWISE_LIMIT = 2048;
+
+/** A connection that checks what it receives. */
+class CheckedConnection {
+  readonly stream: ExpectedStream;
+  private socket: net.Socket | null = null;
+  private wake: (() => void) | null = null;
+  private ended = '';
+  private lastProgress = Date.now();
+
+  constructor(
+    name: string,
+    protected readonly options: ConnectionOptions,
+  ) {
+    this.stream = new ExpectedStream(name);
+  }
+
+  get failure(): Mismatch | null {
+    return this.stream.failure;
+  }
+
+  async open(): Promise<void> {
+    const socket = net.connect(this.options.endpoint.port, this.options.endpoint.host);
+    socket.setNoDelay(true);
+    this.socket = socket;
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', resolve);
+      socket.once('error', reject);
+    });
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('error', (error) => this.end(`connection error: ${error.message}`));
+    socket.on('close', () => this.end('connection closed'));
+  }
+
+  protected get writer(): net.Socket {
+    return this.socket as net.Socket;
+  }
+
+  /** Writes `bytes` as the rng decides: whole, in pieces, or (the start of) one byte a write. */
+  protected async writeSplit(bytes: Buffer): Promise<void> {
+    const rng = this.options.rng;
+    const style = rng.weighted<'whole' | 'pieces' | 'small' | 'bytewise'>([
+      [50, 'whole'],
+      [30, 'pieces'],
+      [15, 'small'],
+      [5, 'bytewise'],
+    ]);
+    let pos = 0;
+    while (pos < bytes.length && this.failure === null && this.ended === '') {
+      let size: number;
+      if (style === 'whole') size = bytes.length;
+      else if (style === 'pieces') size = rng.int(1, Math.max(1, Math.ceil(bytes.length / 4)));
+      else if (pos >= BYTEWISE_LIMIT)
+        size = bytes.length - pos; // only the start goes slowly
+      else size = style === 'small' ? rng.int(1, 16) : 1;
+      const piece = bytes.subarray(pos, Math.min(bytes.length, pos + size));
+      pos += piece.length;
+      if (!this.writer.write(piece)) await new Promise((resolve) => this.writer.once('drain', resolve));
+      if (pos < bytes.length) {
+        if (rng.chance(0.05)) await sleep(rng.int(0, 3));
+        else await nextTurn();
+      }
+    }
+  }
+
+  /** Resolves once nothing more is expected, the check failed, or the connection stalled or ended. */
+  protected async received(): Promise<void> {
+    this.lastProgress = Date.now();
+    while (this.stream.pending && this.failure === null) {
+      if (this.ended !== '') {
+        this.stream.incomplete(this.ended);
+        return;
+      }
+      if (Date.now() - this.lastProgress > this.options.stallMs) {
+        this.stream.incomplete(`nothing received for ${this.options.stallMs} ms`);
+        return;
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 1000);
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = null;
+    }
+  }
+
+  close(): void {
+    this.socket?.removeAllListeners('close');
+    this.socket?.destroy();
+  }
+
+  private onData(chunk: Buffer): void {
+    this.lastProgress = Date.now();
+    if (!this.stream.take(chunk)) this.socket?.destroy();
+    if (this.options.slow && this.options.rng.chance(0.2)) {
+      const socket = this.socket as net.Socket;
+      socket.pause();
+      setTimeout(() => socket.resume(), this.options.rng.int(5, 100));
+    }
+    if (!this.stream.pending || this.failure !== null) this.wake?.();
+  }
+
+  private end(why: string): void {
+    if (this.ended === '') this.ended = why;
+    this.wake?.();
+  }
+}
+
+/** A client running its workload until `deadline` (ms since the epoch). */
+export class StressClient extends CheckedConnection {
+  batches = 0;
+
+  constructor(
+    readonly workload: ClientWorkload,
+    options: ConnectionOptions,
+  ) {
+    super(`client ${workload.client}`, options);
+  }
+
+  async run(deadline: number): Promise<void> {
+    while (Date.now() < deadline && this.failure === null) {
+      const batch = this.workload.nextBatch();
+      this.stream.expect(...batch.segments);
+      await this.writeSplit(batch.bytes);
+      await this.received();
+      this.batches++;
+    }
+  }
+}
+
+/** The subscriber paired with a client: it checks every message that client publishes. */
+export class Subscriber extends CheckedConnection {
+  constructor(
+    readonly channel: string,
+    index: number,
+    options: ConnectionOptions,
+  ) {
+    super(`subscriber ${index} (${channel})`, options);
+  }
+
+  /** Subscribes, and resolves once Redis confirmed it. */
+  async subscribe(): Promise<void> {
+    const confirmation = `*3\r\n$9\r\nsubscribe\r\n$${this.channel.length}\r\n${this.channel}\r\n:1\r\n`;
+    this.stream.expect({ kind: 'bytes', bytes: Buffer.from(confirmation), what: `SUBSCRIBE ${this.channel}`, endsReply: true });
+    await this.writeSplit(cmd('SUBSCRIBE', this.channel));
+    await this.received();
+  }
+
+  /** Resolves once every message published so far has arrived (or the check failed). */
+  async drained(): Promise<void> {
+    await this.received();
+  }
+}

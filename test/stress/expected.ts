@@ -1,0 +1,141 @@
+/**
+ * What one connection of the integrity stress must receive, byte for byte, and the check of
+ * what it does receive: a queue of segments (fixed bytes, or a range of a stress value made on
+ * demand, pattern.ts), compared with each chunk as it arrives. The first difference ends the
+ * check with a report that says where it is, what was expected, what came, and whose bytes
+ * those are.
+ */
+import { describeOrigins, fillValue, type ValueId } from './pattern.js';
+
+export type Segment =
+  | { readonly kind: 'bytes'; readonly bytes: Buffer; readonly what: string; readonly endsReply: boolean }
+  | {
+      readonly kind: 'value';
+      readonly id: ValueId;
+      /** The part of the value: `length` bytes from `from`. */
+      readonly from: number;
+      readonly length: number;
+      readonly what: string;
+      readonly endsReply: boolean;
+    };
+
+export interface Mismatch {
+  /** The connection: `client 17`, `subscriber 3`. */
+  readonly connection: string;
+  /** The reply expected, as the workload described it. */
+  readonly expected: string;
+  /** Offset of the first differing byte in the connection's stream. */
+  readonly streamOffset: number;
+  readonly detail: string;
+}
+
+/** Bytes shown on each side of a difference. */
+const SHOWN = 40;
+
+export class ExpectedStream {
+  private readonly queue: Segment[] = [];
+  private head = 0;
+  /** Bytes of the head segment already matched. */
+  private into = 0;
+  private scratch = Buffer.allocUnsafe(64 * 1024);
+  /** Bytes received and matched. */
+  received = 0;
+  /** Replies received whole and matched. */
+  replies = 0;
+  failure: Mismatch | null = null;
+
+  constructor(readonly connection: string) {}
+
+  /** The segments the connection must receive next, after those already expected. */
+  expect(...segments: Segment[]): void {
+    this.queue.push(...segments);
+  }
+
+  /** Whether bytes are still expected. */
+  get pending(): boolean {
+    return this.head < this.queue.length;
+  }
+
+  /** What the next expected bytes belong to ('' when nothing is expected). */
+  get waitingFor(): string {
+    return this.pending ? this.queue[this.head].what : '';
+  }
+
+  /** Checks the next bytes the connection received. Returns false once they differ (see `failure`). */
+  take(chunk: Buffer): boolean {
+    if (this.failure !== null) return false;
+    let pos = 0;
+    while (pos < chunk.length) {
+      if (!this.pending) return this.fail(chunk, pos, this.received, 'bytes arrived where nothing was expected', '(nothing)');
+      const segment = this.queue[this.head];
+      const length = segment.kind === 'bytes' ? segment.bytes.length : segment.length;
+      const n = Math.min(length - this.into, chunk.length - pos);
+      const expected = this.expectedRange(segment, this.into, n);
+      if (!expected.equals(chunk.subarray(pos, pos + n))) {
+        const at = firstDifference(expected, chunk.subarray(pos, pos + n));
+        return this.fail(
+          chunk,
+          pos + at,
+          this.received + at,
+          `differs at byte ${this.into + at} of it`,
+          show(expected.subarray(at, at + SHOWN)),
+        );
+      }
+      pos += n;
+      this.into += n;
+      this.received += n;
+      if (this.into === length) {
+        if (segment.endsReply) this.replies++;
+        this.queue[this.head] = EMPTY_SEGMENT; // let a large expected value go
+        this.head++;
+        this.into = 0;
+        if (this.head > 1024 && this.head * 2 > this.queue.length) {
+          this.queue.splice(0, this.head);
+          this.head = 0;
+        }
+      }
+    }
+    return true;
+  }
+
+  /** The connection ended or stalled with bytes still expected. */
+  incomplete(why: string): void {
+    if (this.failure !== null || !this.pending) return;
+    this.failure = {
+      connection: this.connection,
+      expected: this.waitingFor,
+      streamOffset: this.received,
+      detail: `${why}, ${this.received} bytes in, at byte ${this.into} of this reply`,
+    };
+  }
+
+  private expectedRange(segment: Segment, from: number, length: number): Buffer {
+    if (segment.kind === 'bytes') return segment.bytes.subarray(from, from + length);
+    if (this.scratch.length < length) this.scratch = Buffer.allocUnsafe(length);
+    return fillValue(this.scratch, 0, segment.id, segment.from + from, length).subarray(0, length);
+  }
+
+  private fail(chunk: Buffer, at: number, streamOffset: number, where: string, expected: string): false {
+    const came = chunk.subarray(at, at + SHOWN);
+    const origins = describeOrigins(chunk.subarray(Math.max(0, at - 64), at + 256));
+    this.failure = {
+      connection: this.connection,
+      expected: this.waitingFor || '(nothing)',
+      streamOffset,
+      detail: `${where}: expected ${expected}, got ${show(came)}${origins ? ` (value bytes there: ${origins})` : ''}`,
+    };
+    return false;
+  }
+}
+
+const EMPTY_SEGMENT: Segment = { kind: 'bytes', bytes: Buffer.alloc(0), what: '', endsReply: false };
+
+function firstDifference(a: Buffer, b: Buffer): number {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return i;
+  return a.length;
+}
+
+/** Bytes as a JSON string (escaped), for reports. */
+export function show(bytes: Buffer): string {
+  return JSON.stringify(bytes.toString('latin1'));
+}

@@ -1,0 +1,105 @@
+/**
+ * The integrity stress: many connections at once, each with keys of its own and an exact model
+ * of every reply (workload.ts), checked byte for byte as they arrive (expected.ts); heavy-tailed
+ * values up to several MiB made of records that name their owner (pattern.ts); pipelines in
+ * random splits; slow readers; transactions; Stalwart lock blocks; pub/sub pairs. Whatever goes
+ * wrong is reported with the seed that repeats the run.
+ */
+import { Rng } from '../bench/random.js';
+import { StressClient, Subscriber, type Endpoint } from './client.js';
+import type { Mismatch } from './expected.js';
+import { clientTag, ClientWorkload } from './workload.js';
+
+export interface StressOptions {
+  readonly seed: number;
+  readonly seconds: number;
+  readonly clients: number;
+  /** Clients that publish to a subscriber of their own (the first ones). */
+  readonly pairs: number;
+  /** Share of connections (clients and subscribers) that read slowly. */
+  readonly slowShare: number;
+  readonly maxValueBytes: number;
+  /** Lock blocks are fixed on the way (through the proxy in enforce mode). */
+  readonly lockFixed: boolean;
+  /** Where the connection for `tag` (a client's hash tag) goes: the node that owns the tag's slot, in a cluster. */
+  readonly endpointFor: (tag: string) => Endpoint;
+  /** No byte for this long while bytes are expected: a failure. */
+  readonly stallMs?: number;
+}
+
+export interface StressReport {
+  readonly seed: number;
+  readonly seconds: number;
+  readonly connections: number;
+  readonly replies: number;
+  readonly bytes: number;
+  readonly batches: number;
+  readonly commands: ReadonlyMap<string, number>;
+  readonly failures: readonly Mismatch[];
+}
+
+/** Seeds the generator of connection `n` of the run seeded `seed`. */
+function connectionSeed(seed: number, n: number): number {
+  return (Math.imul(seed ^ 0x9e3779b9, 0x85ebca6b) + Math.imul(n + 1, 0xc2b2ae35)) >>> 0;
+}
+
+export async function runStress(options: StressOptions): Promise<StressReport> {
+  const stallMs = options.stallMs ?? 30_000;
+  const layout = new Rng(options.seed);
+  const subscribers: Subscriber[] = [];
+  const clients: StressClient[] = [];
+  for (let i = 0; i < options.pairs; i++) {
+    const tag = clientTag(i);
+    const rng = new Rng(connectionSeed(options.seed, options.clients + i));
+    subscribers.push(
+      new Subscriber(`s:${tag}:channel`, i, { endpoint: options.endpointFor(tag), rng, slow: layout.chance(options.slowShare), stallMs }),
+    );
+  }
+  for (let c = 0; c < options.clients; c++) {
+    const rng = new Rng(connectionSeed(options.seed, c));
+    const subscriber = subscribers[c] ?? null;
+    const workload = new ClientWorkload(c, rng, {
+      maxValueBytes: options.maxValueBytes,
+      lockFixed: options.lockFixed,
+      subscriber: subscriber === null ? null : { channel: subscriber.channel, stream: subscriber.stream },
+    });
+    clients.push(
+      new StressClient(workload, { endpoint: options.endpointFor(clientTag(c)), rng, slow: layout.chance(options.slowShare), stallMs }),
+    );
+  }
+  const connections = [...subscribers, ...clients];
+  try {
+    await Promise.all(connections.map((connection) => connection.open()));
+    await Promise.all(subscribers.map((subscriber) => subscriber.subscribe()));
+    const deadline = Date.now() + options.seconds * 1000;
+    await Promise.all(clients.map((client) => client.run(deadline)));
+    await Promise.all(subscribers.map((subscriber) => subscriber.drained()));
+  } finally {
+    for (const connection of connections) connection.close();
+  }
+  const commands = new Map<string, number>();
+  for (const client of clients) for (const [op, n] of client.workload.sent) commands.set(op, (commands.get(op) ?? 0) + n);
+  return {
+    seed: options.seed,
+    seconds: options.seconds,
+    connections: connections.length,
+    replies: connections.reduce((sum, c) => sum + c.stream.replies, 0),
+    bytes: connections.reduce((sum, c) => sum + c.stream.received, 0),
+    batches: clients.reduce((sum, c) => sum + c.batches, 0),
+    commands,
+    failures: connections.flatMap((c) => (c.failure === null ? [] : [c.failure])),
+  };
+}
+
+/** The report in a few lines: figures, then each failure. */
+export function describeReport(report: StressReport, label: string): string {
+  const mib = (report.bytes / (1024 * 1024)).toFixed(1);
+  const ops = [...report.commands].map(([op, n]) => `${op} ${n}`).join(', ');
+  const head =
+    `${label}: seed ${report.seed}, ${report.seconds} s, ${report.connections} connections: ` +
+    `${report.replies} replies, ${mib} MiB checked, ${report.batches} batches (${ops}); ${report.failures.length} wrong`;
+  const failures = report.failures.map(
+    (f) => `  ${f.connection}, at byte ${f.streamOffset} of its stream, in the reply to ${f.expected}: ${f.detail}`,
+  );
+  return [head, ...failures].join('\n');
+}
