@@ -35,7 +35,7 @@ export interface App {
   readonly adminAddress: Address | null;
   readonly rules: RuleStore;
   readonly stats: Stats;
-  /** The abandoned-lock scan, when --lock-scan-interval-ms is set. */
+  /** The lock scan, when --lock-scan-interval-ms is set. */
   readonly lockScan: LockScanner | null;
   /** With --cluster: the node listeners. */
   readonly cluster: ClusterManager | null;
@@ -143,6 +143,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
           timeoutMs: config.connectTimeoutMs,
           intervalMs: config.lockScanIntervalMs,
           maxKeys: config.lockScanMaxKeys,
+          budgetMs: config.lockScanBudgetMs,
           rules: () => rules.current,
           // Behind Sentinel its master, in a cluster a live master (any node lists them all).
           locate: locator === null ? undefined : () => locator.locate(),

@@ -89,9 +89,11 @@ export interface Config {
   readonly lockMethod: LockMethodSetting;
   /** How often the old-shape attempt report is logged; 0: never. */
   readonly lockAttemptReportMs: number;
-  /** How often the lock keys are scanned for the abandoned-lock metrics; 0: never. */
+  /** How often the lock keys are scanned for the lock-key metrics; 0: never. */
   readonly lockScanIntervalMs: number;
   readonly lockScanMaxKeys: number;
+  /** How long one lock scan may take. */
+  readonly lockScanBudgetMs: number;
   /** TLS towards Redis, set for rediss:// upstreams. */
   readonly upstreamTls: UpstreamTls | null;
   /** The settings as given (flags, variables, config file, defaults): what a reload compares. */
@@ -196,6 +198,7 @@ function buildConfig(settings: RawSettings): Config {
     lockAttemptReportMs: integer(settings, 'lock-attempt-report-ms'),
     lockScanIntervalMs: integer(settings, 'lock-scan-interval-ms'),
     lockScanMaxKeys: integer(settings, 'lock-scan-max-keys'),
+    lockScanBudgetMs: integer(settings, 'lock-scan-budget-ms'),
     upstreamTls,
     listenerTls,
     sentinel,

@@ -50,6 +50,7 @@ describe('resolveConfig', () => {
       lockAttemptReportMs: 3_600_000,
       lockScanIntervalMs: 0,
       lockScanMaxKeys: 100_000,
+      lockScanBudgetMs: 30_000,
       upstreamTls: null,
       listenerTls: null,
       sentinel: null,

@@ -113,54 +113,28 @@ describe('examples/', () => {
   });
 
   it('alerts on lock blocks released at the hold deadline, not on MULTIs typed by hand', async () => {
-    const alerts = yamlOf('monitoring/alerts.yaml') as {
-      groups: Array<{ rules: Array<{ alert: string; annotations: Record<string, string> }> }>;
-    };
-    const rule = alerts.groups[0].rules.find((r) => r.alert === 'RedisLockProxyLockBlocksTimedOut');
-    expect(rule, 'the alert').toBeDefined();
-    // The annotations as Prometheus renders them for instance "a", rule stalwart-task-lock, value 1.
-    const render = (text: string) =>
-      text
-        .replace(/\{\{ \$labels\.instance \}\}/g, 'a')
-        .replace(/\{\{ \$labels\.rule \}\}/g, 'stalwart-task-lock')
-        .replace(/\{\{ \$value \}\}/g, '1');
-    const test = {
-      rule_files: [path.join(EXAMPLES, 'monitoring/alerts.yaml')],
-      evaluation_interval: '1m',
-      tests: [
-        {
-          interval: '1m',
-          input_series: [
-            // Instance a: one lock block of a rule released at the deadline.
-            { series: 'redis_lock_proxy_block_hold_timeouts_total{instance="a",rule="stalwart-task-lock"}', values: '0 0 1 1 1' },
-            // Instance b: many held MULTIs released at the deadline (someone typing in redis-cli), no lock block.
-            { series: 'redis_lock_proxy_block_releases_total{instance="b",reason="hold-timeout"}', values: '0 5 10 20 40' },
-            { series: 'redis_lock_proxy_block_hold_timeouts_total{instance="b",rule="stalwart-task-lock"}', values: '0 0 0 0 0' },
-          ],
-          alert_rule_test: [
-            {
-              eval_time: '4m',
-              alertname: 'RedisLockProxyLockBlocksTimedOut',
-              exp_alerts: [
-                {
-                  exp_labels: { severity: 'ticket', instance: 'a', rule: 'stalwart-task-lock' },
-                  exp_annotations: Object.fromEntries(Object.entries(rule?.annotations ?? {}).map(([k, v]) => [k, render(v)])),
-                },
-              ],
-            },
-          ],
-        },
+    await expectAlerts('RedisLockProxyLockBlocksTimedOut', {
+      // Instance a: one lock block of a rule released at the deadline.
+      a: [{ series: 'redis_lock_proxy_block_hold_timeouts_total{instance="a",rule="stalwart-task-lock"}', values: '0 0 1 1 1' }],
+      // Instance b: many held MULTIs released at the deadline (someone typing in redis-cli), no lock block.
+      b: [
+        { series: 'redis_lock_proxy_block_releases_total{instance="b",reason="hold-timeout"}', values: '0 5 10 20 40' },
+        { series: 'redis_lock_proxy_block_hold_timeouts_total{instance="b",rule="stalwart-task-lock"}', values: '0 0 0 0 0' },
       ],
-    };
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-alerts-'));
-    try {
-      const file = path.join(dir, 'hold-timeouts.test.yaml');
-      fs.writeFileSync(file, JSON.stringify(test)); // JSON is YAML
-      const { stdout } = await promisify(execFile)('promtool', ['test', 'rules', file]);
-      expect(stdout).toContain('SUCCESS');
-    } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
+    });
+  });
+
+  it('alerts on re-armed locks, never on contended or abandoned ones', async () => {
+    await expectAlerts('RedisLockProxyLocksRearmed', {
+      // Instance a: a scan saw a lock re-armed (traffic that bypasses the proxy).
+      a: [{ series: 'redis_lock_proxy_lock_keys_rearmed{instance="a",rule="stalwart-task-lock"}', values: '0 0 0 1 1' }],
+      // Instance b: many contended locks and an abandoned one, nothing re-armed.
+      b: [
+        { series: 'redis_lock_proxy_lock_keys{instance="b",rule="stalwart-task-lock"}', values: '50 50 50 50 50' },
+        { series: 'redis_lock_proxy_lock_keys_without_expiry{instance="b",rule="stalwart-task-lock"}', values: '1 1 1 1 1' },
+        { series: 'redis_lock_proxy_lock_keys_rearmed{instance="b",rule="stalwart-task-lock"}', values: '0 0 0 0 0' },
+      ],
+    });
   });
 
   describe('metrics used by the alerts and the dashboard', () => {
@@ -186,3 +160,52 @@ describe('examples/', () => {
     });
   });
 });
+
+/**
+ * `promtool test rules`: with these input series (1 minute apart), at 4 minutes `alert` fires for
+ * instance a only (rule stalwart-task-lock), with its annotations as Prometheus renders them.
+ */
+async function expectAlerts(alert: string, inputs: { a: object[]; b: object[] }): Promise<void> {
+  const alerts = yamlOf('monitoring/alerts.yaml') as {
+    groups: Array<{ rules: Array<{ alert: string; labels: Record<string, string>; annotations: Record<string, string> }> }>;
+  };
+  const rule = alerts.groups[0].rules.find((r) => r.alert === alert);
+  expect(rule, alert).toBeDefined();
+  // The annotations as Prometheus renders them for instance "a", rule stalwart-task-lock, value 1.
+  const render = (text: string) =>
+    text
+      .replace(/\{\{ \$labels\.instance \}\}/g, 'a')
+      .replace(/\{\{ \$labels\.rule \}\}/g, 'stalwart-task-lock')
+      .replace(/\{\{ \$value \}\}/g, '1');
+  const test = {
+    rule_files: [path.join(EXAMPLES, 'monitoring/alerts.yaml')],
+    evaluation_interval: '1m',
+    tests: [
+      {
+        interval: '1m',
+        input_series: [...inputs.a, ...inputs.b],
+        alert_rule_test: [
+          {
+            eval_time: '4m',
+            alertname: alert,
+            exp_alerts: [
+              {
+                exp_labels: { ...rule?.labels, instance: 'a', rule: 'stalwart-task-lock' },
+                exp_annotations: Object.fromEntries(Object.entries(rule?.annotations ?? {}).map(([k, v]) => [k, render(v)])),
+              },
+            ],
+          },
+        ],
+      },
+    ],
+  };
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-alerts-'));
+  try {
+    const file = path.join(dir, 'alert.test.yaml');
+    fs.writeFileSync(file, JSON.stringify(test)); // JSON is YAML
+    const { stdout } = await promisify(execFile)('promtool', ['test', 'rules', file]);
+    expect(stdout).toContain('SUCCESS');
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
