@@ -132,7 +132,11 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     if (Date.now() - lastProbe.at > READY_CACHE_MS) {
       lastProbe = { at: Date.now(), result: await probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)) };
     }
-    return lastProbe.result;
+    // Without a majority of the sentinels the proxy keeps serving the master in use (it answers,
+    // or the probe says it does not), and says that it could not confirm it.
+    const agreement = sentinel?.agreement();
+    if (agreement === undefined || agreement.majority) return lastProbe.result;
+    return { ok: lastProbe.result.ok, detail: `${lastProbe.result.detail}; sentinel: ${agreement.detail}` };
   };
   const lockScan =
     config.lockScanIntervalMs === 0
@@ -159,6 +163,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
         clusterNodes: cluster === null ? undefined : () => cluster.nodes(),
         ready,
         lockScan: lockScan === null ? undefined : () => lockScan.latest,
+        sentinelMajority: sentinel === null ? undefined : () => sentinel.agreement().majority,
       }),
       ready,
       log,

@@ -272,8 +272,18 @@ function sentinelFrom(settings: RawSettings, upstream: UpstreamTarget): Sentinel
   const masterName = text(settings, 'sentinel-master');
   if ((sentinels === undefined) !== (masterName === undefined)) throw new ConfigError('sentinel and sentinel-master go together');
   if (sentinels === undefined || masterName === undefined) return null;
+  const addresses = checkSetting(settings, 'sentinel', () => sentinels.map((address) => parseAddress(address, 'sentinel address')));
+  // A master is believed when a majority of the sentinels name it: one listed twice would vote twice.
+  const seen = new Set<string>();
+  for (const address of addresses) {
+    const shown = formatAddress(address.host, address.port);
+    if (seen.has(shown)) {
+      throw settingError(settings, 'sentinel', `sentinel ${shown} is listed twice: list each sentinel once (each has one vote)`);
+    }
+    seen.add(shown);
+  }
   const sentinel: SentinelConfig = {
-    sentinels: sentinels.map((address) => parseAddress(address, 'sentinel address')),
+    sentinels: addresses,
     masterName,
     username: text(settings, 'sentinel-username'),
     password: text(settings, 'sentinel-password'),

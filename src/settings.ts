@@ -124,7 +124,10 @@ export const OPTIONS = {
   'tls-cert': { kind: 'string', help: 'serve clients over TLS with this certificate file (PEM)' },
   'tls-key': { kind: 'string', help: 'key file (PEM) for --tls-cert' },
   'tls-client-ca': { kind: 'string', help: 'require client certificates signed by this CA (PEM)' },
-  sentinel: { kind: 'list', help: 'Sentinel addresses HOST:PORT (repeatable or comma-separated): find the master through them' },
+  sentinel: {
+    kind: 'list',
+    help: 'Sentinel addresses HOST:PORT (repeatable or comma-separated), each once: the master is the one a majority of them names',
+  },
   'sentinel-master': { kind: 'string', help: 'master name the sentinels monitor' },
   'sentinel-username': { kind: 'string', help: 'user name for the sentinels themselves' },
   'sentinel-password': { kind: 'string', secret: true, help: 'password for the sentinels themselves' },

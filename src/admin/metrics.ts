@@ -28,6 +28,8 @@ export interface MetricsOptions {
   ready?: () => Promise<Readiness>;
   /** The lock scan's findings (--lock-scan-interval-ms); its metrics are exposed only when given. */
   lockScan?: () => LockScanState;
+  /** With --sentinel: whether a majority of the sentinels named the master in use at the last poll. */
+  sentinelMajority?: () => boolean;
 }
 
 /** A fresh registry (never the global one) with every proxy metric and the default process metrics. */
@@ -221,6 +223,15 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
       'lock_scan_last_success_timestamp_seconds',
       'When the last lock scan succeeded (Unix seconds; 0: none yet).',
       () => lockScan().lastSuccess,
+    );
+  }
+
+  const { sentinelMajority } = opts;
+  if (sentinelMajority !== undefined) {
+    gauge(
+      'sentinel_majority',
+      'With --sentinel: whether a majority of the configured sentinels named the master in use at the last poll (1), or not (0: the proxy keeps that master, unconfirmed).',
+      () => (sentinelMajority() ? 1 : 0),
     );
   }
 
