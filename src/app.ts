@@ -167,6 +167,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
       }),
       ready,
       log,
+      onRefused: (reason) => stats.adminConnectionRefused(reason),
     }).catch(async (err: Error) => {
       await Promise.all([seed.close(), cluster?.close(), sentinel?.close()]);
       const where = formatAddress(adminListen.host, adminListen.port);

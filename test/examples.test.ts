@@ -27,6 +27,7 @@ const yamlOf = (file: string) => parseYaml(read(file)) as Record<string, unknown
 const FILES = [
   'compose/compose.yaml',
   'kubernetes/stalwart-with-proxy.yaml',
+  'kubernetes/admin-network-policy.yaml',
   'systemd/redis-lock-proxy.service',
   'systemd/config.yaml',
   'systemd/stalwart-after-proxy.conf',
@@ -96,6 +97,20 @@ describe('examples/', () => {
     expect(port(envOf('REDIS_LOCK_PROXY_ADMIN_LISTEN'))).toBe(adminPort);
     expect(sidecar.volumeMounts[0].mountPath).toBe(image.env.get('REDIS_LOCK_PROXY_RULES'));
     expect(k8s.spec.template.spec.volumes.map((v) => v.name)).toContain(sidecar.volumeMounts[0].name);
+    // The NetworkPolicy guards the sidecar's admin port on the pods of the StatefulSet, and lets
+    // Stalwart's own ports in.
+    const policy = yamlOf('kubernetes/admin-network-policy.yaml') as {
+      spec: { podSelector: { matchLabels: Record<string, string> }; ingress: Array<{ from?: unknown[]; ports: Array<{ port: number }> }> };
+    };
+    const template = k8s.spec.template as unknown as {
+      metadata: { labels: Record<string, string> };
+      spec: { containers: Array<{ ports: Array<{ containerPort: number }> }> };
+    };
+    expect(policy.spec.podSelector.matchLabels).toEqual(template.metadata.labels);
+    const guarded = policy.spec.ingress.filter((rule) => rule.from !== undefined).flatMap((rule) => rule.ports.map((p) => p.port));
+    expect(guarded).toEqual([adminPort]);
+    const open = policy.spec.ingress.filter((rule) => rule.from === undefined).flatMap((rule) => rule.ports.map((p) => p.port));
+    expect(open.sort()).toEqual(template.spec.containers[0].ports.map((p) => p.containerPort).sort());
 
     const unit = read('systemd/redis-lock-proxy.service');
     const configPath = /REDIS_LOCK_PROXY_CONFIG=(\S+)/.exec(unit)?.[1];

@@ -156,6 +156,14 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
       for (const [rule, counts] of stats.byRule) emit({ rule }, counts.holdTimeouts);
     },
   );
+  labelledCounter(
+    'admin_connections_refused_total',
+    'Admin HTTP connections closed as they came: over the connection cap (connections), or to keep file descriptors for clients (file-descriptors).',
+    ['reason'],
+    (emit) => {
+      for (const reason of ['connections', 'file-descriptors']) emit({ reason }, stats.adminRefusals.get(reason) ?? 0);
+    },
+  );
   counter('script_reloads_total', 'Times the script was missing from the script cache and was sent in full.', () => stats.scriptReloads);
   labelledCounter('rule_reloads_total', 'Rule reloads, by result.', ['result'], (emit) => {
     emit({ result: 'ok' }, stats.ruleReloads);

@@ -112,8 +112,12 @@ describe("verify's own checks", () => {
 
       // The application's own attempt still counts.
       expect(await exchange(proxy.port, lockAttempt(taskLockKey(8n), 60), 4)).toBe(attemptReplies(1, 1));
-      const app = await proxy.metrics();
-      expect(sample(app, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}')).toBe(1);
+      // /metrics is rendered at most once a second.
+      await expect
+        .poll(async () =>
+          sample(await proxy.metrics(), 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}'),
+        )
+        .toBe(1);
       await expect.poll(() => reports().some((l) => /^old-shape lock attempts/.test(String(l.msg))), { timeout: 5000 }).toBe(true);
     } finally {
       await proxy.close();
