@@ -62,3 +62,15 @@ async function keyCount(redis: Redis): Promise<number> {
     return 0;
   }
 }
+
+/** `io` whose standard output first clears the progress line, so that a result never lands after it. */
+export function clearingProgress(io: Io, progress: Progress | undefined): Io {
+  if (progress === undefined) return io;
+  return {
+    ...io,
+    stdout: (text) => {
+      progress.done();
+      io.stdout(text);
+    },
+  };
+}

@@ -38,7 +38,7 @@ import { openLockNodes, type LockNodes } from '../lock-keys/nodes.js';
 import { recheckRows, scanNodes, type PassEnd, type PassLimits } from '../lock-keys/pass.js';
 import { MAX_SCAN_COUNT } from '../lock-keys/scan.js';
 import { printRows, summary } from './locks-output.js';
-import { startProgress } from './locks-progress.js';
+import { clearingProgress, startProgress } from './locks-progress.js';
 import { releaseAbandoned } from './locks-abandoned.js';
 import { releaseNamed } from './locks-release.js';
 
@@ -157,7 +157,7 @@ export async function run(argv: string[], io: Io): Promise<number> {
     if (options.release.length > 0) return await releaseNamed(nodes, rules, options.release, release, io);
     const limits: PassLimits = { count: options.count, deadline: Date.now() + options.scanBudgetMs, onProgress: progress?.onProgress };
     if (options.releaseAbandoned) {
-      const { code, end } = await releaseAbandoned(nodes, rules, limits, release, io);
+      const { code, end } = await releaseAbandoned(nodes, rules, limits, release, clearingProgress(io, progress));
       progress?.done();
       return incomplete(end, options, io) ?? code;
     }
