@@ -116,6 +116,34 @@ describe('locks on a large keyspace', () => {
     const piped = await runOp(locks, [...upstreamArgs(), '--count', '100']);
     expect([piped.code, piped.stderr]).toEqual([0, '']);
   });
+  it('clears its progress line before each result line of --release-abandoned', async () => {
+    const abandoned = taskLockKey(99n);
+    expect(await admin.call('SET', abandoned, '1')).toBe('+OK\r\n');
+    try {
+      const transcript: Array<['out' | 'err', string]> = [];
+      const code = await locks(
+        [...upstreamArgs().filter((arg) => arg !== '--recheck-ms' && arg !== '0'), '--count', '100', '--release-abandoned', '--dry-run'],
+        {
+          stdout: (text) => transcript.push(['out', text]),
+          stderr: (text) => transcript.push(['err', text]),
+          env: {},
+          stderrIsTerminal: true,
+        },
+      );
+      expect(code).toBe(0);
+      const results = transcript.flatMap(([stream], i) => (stream === 'out' ? [i] : []));
+      expect(transcript[results[0]][1]).toMatch(
+        /^would delete '\\x17(\\x00){7}c': stalwart-task-lock, task 99, counter 1, ttl none, abandoned/,
+      );
+      // What was written to the terminal before each result ends with a cleared line.
+      for (const i of results) {
+        const before = transcript.slice(0, i).filter(([stream]) => stream === 'err');
+        if (before.length > 0) expect(before.at(-1)?.[1]).toBe('\r\x1b[K');
+      }
+    } finally {
+      await admin.call('DEL', abandoned);
+    }
+  });
 });
 
 describe('the proxy’s lock scan on a large keyspace', () => {
