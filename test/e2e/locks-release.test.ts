@@ -3,15 +3,49 @@
  * to (--yes, or a yes from the terminal; never with --dry-run), and then only if the lock is
  * still the one shown: a lock taken again, tried, or re-armed after it was shown stays.
  */
-import { describe, expect, it } from 'vitest';
+import { spawn } from 'node:child_process';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { keyArgument } from '../../src/key-text.js';
 import type { Io } from '../../src/ops/command.js';
 import { run as locks } from '../../src/ops/locks.js';
+import { CLI, cleanEnv, ensureBuilt } from '../support/cli.js';
 import { STALWART_RULES } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { attemptCounter, taskLockKey } from '../support/stalwart.js';
 
 const env = redisAndProxy();
+
+beforeAll(async () => {
+  await ensureBuilt();
+});
+
+/**
+ * The built command on a real terminal (a pseudo-terminal made by util-linux's `script`), with
+ * `answer` typed once it asks. Resolves with everything the terminal showed.
+ */
+function onTerminal(args: string[], answer: string): Promise<string> {
+  const quoted = [process.execPath, CLI, ...args].map((arg) => `'${arg.replaceAll("'", "'\\''")}'`).join(' ');
+  const child = spawn('script', ['-qec', quoted, '/dev/null'], { env: cleanEnv(), stdio: ['pipe', 'pipe', 'pipe'] });
+  let shown = '';
+  let answered = false;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`no end on the terminal; it showed: ${JSON.stringify(shown)}`));
+    }, 20_000);
+    child.stdout.on('data', (chunk: Buffer) => {
+      shown += chunk.toString('utf8');
+      if (!answered && shown.includes('[y/N]')) {
+        answered = true;
+        child.stdin.write(`${answer}\n`);
+      }
+    });
+    child.on('close', () => {
+      clearTimeout(timer);
+      resolve(shown);
+    });
+  });
+}
 
 const through = (key: Buffer): Promise<number> => attemptCounter(env.proxy.port, key, 3600);
 const exists = async (key: Buffer): Promise<boolean> => (await env.admin.call('EXISTS', key)) === ':1\r\n';
@@ -72,6 +106,19 @@ describe('locks --release', () => {
     expect(accepted.stdout.split('\n')[1]).toMatch(/^deleted '\\x17(\\x00){7}\\x03': stalwart-task-lock, task 3, counter 1/);
     expect(await exists(key)).toBe(false);
   });
+
+  it('asks on a real terminal (the built command): n keeps the lock, y deletes it', async () => {
+    const key = taskLockKey(9n);
+    expect(await through(key)).toBe(1);
+    const args = ['locks', '--upstream', env.redis.url, '--rules', STALWART_RULES, '--release-hex', key.toString('hex')];
+    const declined = await onTerminal(args, 'n');
+    expect(declined).toContain('Delete this lock, each only if unchanged since shown? [y/N]');
+    expect(declined).toContain('locks: nothing deleted');
+    expect(await exists(key)).toBe(true);
+    const accepted = await onTerminal(args, 'y');
+    expect(accepted).toMatch(/deleted '\\x17(\\x00){7}\\x09': stalwart-task-lock, task 9, counter 1/);
+    expect(await exists(key)).toBe(false);
+  }, 60_000);
 
   it('leaves a lock that was released and taken again, tried, or re-armed after it was shown', async () => {
     const retaken = taskLockKey(4n);
