@@ -2,7 +2,7 @@
 #
 #   docker build -t redis-lock-proxy .
 #   (behind a TLS-inspecting proxy: --secret id=extra-ca,src=corporate-ca.pem)
-#   docker run --rm -p 6380:6380 -p 9180:9180 \
+#   docker run --rm -p 127.0.0.1:6380:6380 -p 127.0.0.1:9180:9180 \
 #     -e REDIS_LOCK_PROXY_UPSTREAM=redis://redis.example:6379 redis-lock-proxy
 #
 # Two stages on the same base: "build" installs every dependency and compiles
@@ -91,7 +91,12 @@ COPY --from=build /app/dist ./dist
 COPY rules/stalwart /etc/redis-lock-proxy/rules
 
 # In-container defaults: listen on every interface of the container (the
-# CLI's own defaults stay loopback-only on a host). Set the upstream with
+# CLI's own defaults stay loopback-only on a host), so that port mappings and
+# an orchestrator's probes reach the ports. The admin port has no
+# authentication: publish it only to the host's loopback (-p
+# 127.0.0.1:9180:9180) or to Prometheus (a NetworkPolicy in Kubernetes), or
+# set REDIS_LOCK_PROXY_ADMIN_LISTEN=127.0.0.1:9180 when nothing outside the
+# container needs it (the HEALTHCHECK below follows it). Set the upstream with
 # REDIS_LOCK_PROXY_UPSTREAM or --upstream; the built-in default
 # redis://127.0.0.1:6379 only fits `--network host` or a shared network
 # namespace with Redis.

@@ -35,7 +35,7 @@ export interface App {
   readonly adminAddress: Address | null;
   readonly rules: RuleStore;
   readonly stats: Stats;
-  /** The abandoned-lock scan, when --lock-scan-interval-ms is set. */
+  /** The lock scan, when --lock-scan-interval-ms is set. */
   readonly lockScan: LockScanner | null;
   /** With --cluster: the node listeners. */
   readonly cluster: ClusterManager | null;
@@ -133,7 +133,11 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     if (Date.now() - lastProbe.at > READY_CACHE_MS) {
       lastProbe = { at: Date.now(), result: await probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)) };
     }
-    return lastProbe.result;
+    // Without a majority of the sentinels the proxy keeps serving the master in use (it answers,
+    // or the probe says it does not), and says that it could not confirm it.
+    const agreement = sentinel?.agreement();
+    if (agreement === undefined || agreement.majority) return lastProbe.result;
+    return { ok: lastProbe.result.ok, detail: `${lastProbe.result.detail}; sentinel: ${agreement.detail}` };
   };
   const lockScan =
     config.lockScanIntervalMs === 0
@@ -144,6 +148,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
           timeoutMs: config.connectTimeoutMs,
           intervalMs: config.lockScanIntervalMs,
           maxKeys: config.lockScanMaxKeys,
+          budgetMs: config.lockScanBudgetMs,
           rules: () => rules.current,
           // Behind Sentinel its master, in a cluster a live master (any node lists them all).
           locate: locator === null ? undefined : () => locator.locate(),
@@ -159,9 +164,11 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
         clusterNodes: cluster === null ? undefined : () => cluster.nodes(),
         ready,
         lockScan: lockScan === null ? undefined : () => lockScan.latest,
+        sentinelMajority: sentinel === null ? undefined : () => sentinel.agreement().majority,
       }),
       ready,
       log,
+      onRefused: (reason) => stats.adminConnectionRefused(reason),
     }).catch(async (err: Error) => {
       await Promise.all([seed.close(), cluster?.close(), sentinel?.close()]);
       const where = formatAddress(adminListen.host, adminListen.port);

@@ -104,9 +104,26 @@ function stopWithLauncher(log: Logger, shutdown: (signal: string) => void): void
 
 /** `verify` and `locks`: operator tools in their own modules, loaded only when used. */
 async function runSubcommand(name: 'verify' | 'locks', argv: string[]): Promise<number> {
-  const io: Io = { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env };
+  const io: Io = {
+    stdout: (t) => process.stdout.write(t),
+    stderr: (t) => process.stderr.write(t),
+    env: process.env,
+    stderrIsTerminal: process.stderr.isTTY,
+    confirm: process.stdin.isTTY && process.stderr.isTTY ? askOnTerminal : undefined,
+  };
   const module = name === 'verify' ? await import('./ops/verify.js') : await import('./ops/locks.js');
   return module.run(argv, io);
+}
+
+/** A yes/no question on the terminal (standard error, so that standard output stays the command's); only `y` or `yes` is a yes. */
+async function askOnTerminal(question: string): Promise<boolean> {
+  const { createInterface } = await import('node:readline/promises');
+  const terminal = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return /^y(es)?$/i.test((await terminal.question(question)).trim());
+  } finally {
+    terminal.close();
+  }
 }
 
 async function main(): Promise<void> {

@@ -91,9 +91,11 @@ export interface Config {
   readonly lockMethod: LockMethodSetting;
   /** How often the old-shape attempt report is logged; 0: never. */
   readonly lockAttemptReportMs: number;
-  /** How often the lock keys are scanned for the abandoned-lock metrics; 0: never. */
+  /** How often the lock keys are scanned for the lock-key metrics; 0: never. */
   readonly lockScanIntervalMs: number;
   readonly lockScanMaxKeys: number;
+  /** How long one lock scan may take. */
+  readonly lockScanBudgetMs: number;
   /** TLS towards Redis, set for rediss:// upstreams. */
   readonly upstreamTls: UpstreamTls | null;
   /** The settings as given (flags, variables, config file, defaults): what a reload compares. */
@@ -199,6 +201,7 @@ function buildConfig(settings: RawSettings): Config {
     lockAttemptReportMs: integer(settings, 'lock-attempt-report-ms'),
     lockScanIntervalMs: integer(settings, 'lock-scan-interval-ms'),
     lockScanMaxKeys: integer(settings, 'lock-scan-max-keys'),
+    lockScanBudgetMs: integer(settings, 'lock-scan-budget-ms'),
     upstreamTls,
     listenerTls,
     sentinel,
@@ -272,8 +275,18 @@ function sentinelFrom(settings: RawSettings, upstream: UpstreamTarget): Sentinel
   const masterName = text(settings, 'sentinel-master');
   if ((sentinels === undefined) !== (masterName === undefined)) throw new ConfigError('sentinel and sentinel-master go together');
   if (sentinels === undefined || masterName === undefined) return null;
+  const addresses = checkSetting(settings, 'sentinel', () => sentinels.map((address) => parseAddress(address, 'sentinel address')));
+  // A master is believed when a majority of the sentinels name it: one listed twice would vote twice.
+  const seen = new Set<string>();
+  for (const address of addresses) {
+    const shown = formatAddress(address.host, address.port);
+    if (seen.has(shown)) {
+      throw settingError(settings, 'sentinel', `sentinel ${shown} is listed twice: list each sentinel once (each has one vote)`);
+    }
+    seen.add(shown);
+  }
   const sentinel: SentinelConfig = {
-    sentinels: sentinels.map((address) => parseAddress(address, 'sentinel address')),
+    sentinels: addresses,
     masterName,
     username: text(settings, 'sentinel-username'),
     password: text(settings, 'sentinel-password'),

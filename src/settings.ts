@@ -73,7 +73,7 @@ export const OPTIONS = {
     default: 0,
     min: 0,
     max: 86_400_000,
-    help: 'scan Redis for lock keys this often, for the abandoned-lock metrics (0: never)',
+    help: 'scan Redis for lock keys this often, for the lock-key metrics: abandoned (no expiry) and re-armed locks (0: never)',
   },
   'lock-scan-max-keys': {
     kind: 'integer',
@@ -81,6 +81,14 @@ export const OPTIONS = {
     min: 1,
     max: 100_000_000,
     help: 'lock keys read per scan at most (the work of one scan is bounded)',
+  },
+  'lock-scan-budget-ms': {
+    kind: 'integer',
+    // Tens of millions of keys at Redis's pace, a SCAN page at a time (300,000 take about 0.25 s); `locks` has the same default.
+    default: 30_000,
+    min: 1,
+    max: 3_600_000,
+    help: 'how long one lock scan may take; one that stops early says so (lock_scan_truncated, and the log)',
   },
   'max-frame-bytes': {
     kind: 'integer',
@@ -123,7 +131,10 @@ export const OPTIONS = {
   'tls-cert': { kind: 'string', help: 'serve clients over TLS with this certificate file (PEM)' },
   'tls-key': { kind: 'string', help: 'key file (PEM) for --tls-cert' },
   'tls-client-ca': { kind: 'string', help: 'require client certificates signed by this CA (PEM)' },
-  sentinel: { kind: 'list', help: 'Sentinel addresses HOST:PORT (repeatable or comma-separated): find the master through them' },
+  sentinel: {
+    kind: 'list',
+    help: 'Sentinel addresses HOST:PORT (repeatable or comma-separated), each once: the master is the one a majority of them names',
+  },
   'sentinel-master': { kind: 'string', help: 'master name the sentinels monitor' },
   'sentinel-username': { kind: 'string', help: 'user name for the sentinels themselves' },
   'sentinel-password': { kind: 'string', secret: true, help: 'password for the sentinels themselves' },

@@ -78,6 +78,8 @@ export class Stats {
   /** Rule reloads that succeeded and that were refused. */
   ruleReloads = 0;
   ruleReloadFailures = 0;
+  /** Admin connections closed as they came, by reason: the connection cap, or file descriptors kept for clients. */
+  readonly adminRefusals = new Map<string, number>();
   private verifyStats: Stats | undefined;
 
   /**
@@ -141,6 +143,10 @@ export class Stats {
   /** A block that had matched `rule` was still incomplete at the hold deadline (released as well). */
   blockHoldTimedOut(rule: string): void {
     this.rule(rule).holdTimeouts++;
+  }
+
+  adminConnectionRefused(reason: string): void {
+    increment(this.adminRefusals, reason);
   }
 
   upstreamConnected(seconds: number): void {

@@ -1,9 +1,11 @@
+import net from 'node:net';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { Gauge, Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMetricsRegistry } from '../src/admin/metrics.js';
-import { startAdminServer } from '../src/admin/server.js';
+import { FdBudget } from '../src/admin/fd-budget.js';
+import { MAX_CONNECTIONS, METRICS_MAX_AGE_MS, startAdminServer, type AdminRefusal } from '../src/admin/server.js';
 import type { Logger } from '../src/log.js';
 import { Stats } from '../src/stats.js';
 
@@ -28,17 +30,35 @@ afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => s.close()));
 });
 
-async function start(opts: { stats?: Stats; registry?: Registry; ready?: Ready } = {}) {
+async function start(opts: { stats?: Stats; registry?: Registry; ready?: Ready; fdBudget?: FdBudget } = {}) {
   const stats = opts.stats ?? new Stats();
   const registry = opts.registry ?? createMetricsRegistry(stats, { rulesLoaded: () => 2 });
   const { log, lines } = captureLogger();
+  const refusals: AdminRefusal[] = [];
   const server = await startAdminServer(
     { host: '127.0.0.1', port: 0 },
-    { registry, ready: opts.ready ?? (async () => ({ ok: true, detail: 'upstream reachable' })), log },
+    {
+      registry,
+      ready: opts.ready ?? (async () => ({ ok: true, detail: 'upstream reachable' })),
+      log,
+      fdBudget: opts.fdBudget,
+      onRefused: (reason) => refusals.push(reason),
+    },
   );
   servers.push(server);
   const base = `http://127.0.0.1:${server.address.port}`;
-  return { stats, registry, server, base, lines };
+  return { stats, registry, server, base, lines, refusals };
+}
+
+/** A connection to the admin port that sends `bytes` and then nothing; resolves when it is open. */
+async function idleConnection(port: number, bytes = ''): Promise<net.Socket & { closedAt?: number }> {
+  const socket: net.Socket & { closedAt?: number } = net.connect({ host: '127.0.0.1', port });
+  socket.on('error', () => {});
+  socket.on('close', () => (socket.closedAt = Date.now()));
+  socket.resume(); // reads (and drops) what the server sends, so its close is seen
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+  if (bytes !== '') socket.write(bytes);
+  return socket;
 }
 
 async function scrape(base: string): Promise<string[]> {
@@ -207,6 +227,7 @@ describe('createMetricsRegistry', () => {
     stats.upstreamConnected(0.0007);
     stats.upstreamConnected(3);
     rules = 4;
+    await new Promise((resolve) => setTimeout(resolve, METRICS_MAX_AGE_MS + 50)); // the next rendering
     lines = await scrape(base);
     // Counters are the totals, not added to what the previous scrape saw.
     expect(lines).toContain(`${P}connections_total 5`);
@@ -418,6 +439,74 @@ describe('startAdminServer', () => {
     expect(Date.now() - closed).toBeLessThan(1000);
     await server.close(); // a second close is harmless
     await expect(fetch(`${base}/healthz`)).rejects.toThrow();
+  });
+
+  it(`holds at most ${MAX_CONNECTIONS} connections: more are closed as they come, counted and logged`, async () => {
+    const { server, base, lines, refusals } = await start();
+    const sockets = await Promise.all(Array.from({ length: MAX_CONNECTIONS + 10 }, () => idleConnection(server.address.port)));
+    try {
+      await expect.poll(() => sockets.filter((s) => s.closedAt !== undefined).length, { timeout: 5000 }).toBe(10);
+      expect(refusals.filter((r) => r === 'connections')).toHaveLength(10);
+      expect(
+        lines.find((l) => l.msg === 'admin server: connections refused (the connection cap, or file descriptors kept for clients)'),
+      ).toMatchObject({
+        level: 40,
+        refused: { connections: 1 },
+        maxConnections: MAX_CONNECTIONS,
+      });
+      // Once connections go, new ones are served.
+      for (const socket of sockets) socket.destroy();
+      await expect.poll(async () => (await fetch(`${base}/healthz`).catch(() => undefined))?.status, { timeout: 5000 }).toBe(200);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+    }
+  });
+
+  it('closes a connection whose request does not arrive in time (slow headers, or nothing at all)', async () => {
+    const { server } = await start();
+    const started = Date.now();
+    const slow = await idleConnection(server.address.port, 'GET /metrics HTTP/1.1\r\nHost: x\r\n');
+    const silent = await idleConnection(server.address.port);
+    try {
+      // Headers are due within 5 s; Node looks every second.
+      await expect.poll(() => slow.closedAt !== undefined && silent.closedAt !== undefined, { timeout: 15_000, interval: 200 }).toBe(true);
+      expect((slow.closedAt ?? 0) - started).toBeGreaterThanOrEqual(4_500);
+      console.info(
+        `admin: slow headers closed after ${(slow.closedAt ?? 0) - started} ms, a silent connection after ${(silent.closedAt ?? 0) - started} ms`,
+      );
+    } finally {
+      slow.destroy();
+      silent.destroy();
+    }
+  }, 20_000);
+
+  it('never takes the file descriptors kept for clients', async () => {
+    // 1,000 open of a limit of 1,024, with 64 kept: no room for an admin connection.
+    const { base, refusals } = await start({ fdBudget: new FdBudget(1024, 64, () => 1000) });
+    await expect(fetch(`${base}/healthz`)).rejects.toThrow();
+    expect(refusals).toContain('file-descriptors');
+    // 900 open: room.
+    const roomy = await start({ fdBudget: new FdBudget(1024, 64, () => 900) });
+    expect((await fetch(`${roomy.base}/healthz`)).status).toBe(200);
+  });
+
+  it(`renders /metrics once per ${METRICS_MAX_AGE_MS} ms however many ask`, async () => {
+    const registry = new Registry();
+    let collected = 0;
+    new Gauge({
+      name: 'renders',
+      help: 'how many times the registry was rendered',
+      registers: [registry],
+      collect() {
+        this.set(++collected);
+      },
+    });
+    const { base } = await start({ registry });
+    const texts = await Promise.all(Array.from({ length: 20 }, async () => (await fetch(`${base}/metrics`)).text()));
+    expect(collected).toBe(1);
+    expect(new Set(texts).size).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, METRICS_MAX_AGE_MS + 100));
+    expect(await (await fetch(`${base}/metrics`)).text()).toContain('renders 2');
   });
 
   it('fails to start on an address in use', async () => {

@@ -51,6 +51,7 @@ describe('resolveConfig', () => {
       lockAttemptReportMs: 3_600_000,
       lockScanIntervalMs: 0,
       lockScanMaxKeys: 100_000,
+      lockScanBudgetMs: 30_000,
       upstreamTls: null,
       listenerTls: null,
       sentinel: null,
@@ -451,6 +452,13 @@ describe('production settings', () => {
       username: undefined,
       password: undefined,
     });
+    // Each sentinel has one vote: one listed twice would count twice.
+    expect(configError(() => run(['--sentinel', 's1:26379,s2:26379,s1:26379', '--sentinel-master', 'm'])).message).toBe(
+      'sentinel s1:26379 is listed twice: list each sentinel once (each has one vote)',
+    );
+    expect(configError(() => run(['--sentinel-master', 'm'], { REDIS_LOCK_PROXY_SENTINEL: 's1:26379,s1:26379' })).message).toBe(
+      'REDIS_LOCK_PROXY_SENTINEL: sentinel s1:26379 is listed twice: list each sentinel once (each has one vote)',
+    );
   });
 
   it('prints the effective configuration with secrets masked', () => {

@@ -1,15 +1,23 @@
 /**
  * SentinelMonitor (src/upstream/sentinel.ts) against real sentinels
- * (redis-server --sentinel): finding the master, failing clearly when it
- * cannot, and following a failover. (The built proxy behind Sentinel:
- * e2e/sentinel-proxy.test.ts.)
+ * (redis-server --sentinel): finding the master a majority of them names,
+ * failing clearly when it cannot, following a failover, and never following a
+ * single sentinel: one that lies (a fake peer speaking RESP, naming a real
+ * redis-server), listed first or last, claiming a far higher epoch, or
+ * publishing +switch-master over and over; a real sentinel of another
+ * environment that monitors a master of the same name; and what it does when
+ * fewer than a majority answer. (The built proxy behind Sentinel:
+ * e2e/sentinel-proxy.test.ts and e2e/sentinel-majority.test.ts.)
  */
 import net from 'node:net';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Address } from '../src/address.js';
 import { SentinelMonitor, type SentinelOptions } from '../src/upstream/sentinel.js';
+import { startLyingSentinel, type LyingSentinel } from './support/lying-sentinel.js';
 import { freePort } from './support/ports.js';
+import { startRelay } from './support/tcp-relay.js';
+import { startRedis, type RedisServer } from './support/redis.js';
 import { query, startSentinelSetup, type SentinelSetup } from './support/sentinel.js';
 
 const HOST = '127.0.0.1';
@@ -37,45 +45,6 @@ function liveHandles(): Record<string, number> {
     if (kind === 'TCPSocketWrap' || kind === 'TCPWRAP' || kind === 'Timeout') counts[kind] = (counts[kind] ?? 0) + 1;
   }
   return counts;
-}
-
-/**
- * A TCP relay to a sentinel that forwards everything except what the sentinel
- * sends to a connection that subscribed: a monitor behind it gets no
- * +switch-master events and can only learn of a failover by polling.
- */
-async function startEventDroppingRelay(target: number): Promise<{ port: number; close(): Promise<void> }> {
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((client) => {
-    const upstream = net.connect({ host: HOST, port: target });
-    sockets.add(client).add(upstream);
-    let subscribed = false;
-    client.on('data', (chunk) => {
-      if (/subscribe/i.test(chunk.toString('latin1'))) subscribed = true;
-      upstream.write(chunk);
-    });
-    upstream.on('data', (chunk) => {
-      if (!subscribed) client.write(chunk);
-    });
-    for (const [a, b] of [
-      [client, upstream],
-      [upstream, client],
-    ]) {
-      a.on('error', () => {});
-      a.on('close', () => {
-        sockets.delete(a);
-        b.destroy();
-      });
-    }
-  });
-  await new Promise<void>((resolve) => server.listen(0, HOST, resolve));
-  return {
-    port: (server.address() as net.AddressInfo).port,
-    close: async () => {
-      for (const socket of sockets) socket.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
 }
 
 function sleep(ms: number): Promise<void> {
@@ -117,14 +86,11 @@ describe('SentinelMonitor', () => {
     await monitor.close(); // twice is fine
   });
 
-  it('works when the first sentinel is down, and warns about it once', async () => {
+  it('works when the first of three sentinels is down (two are a majority), and warns about it once', async () => {
     const deadPort = await freePort();
     const { log, lines } = capturingLogger();
     const monitor = await start({
-      sentinels: [
-        { host: HOST, port: deadPort },
-        { host: HOST, port: setup.sentinels[0].port },
-      ],
+      sentinels: [{ host: HOST, port: deadPort }, ...setup.sentinels.map((s) => ({ host: s.host, port: s.port }))],
       pollMs: 100,
       log,
     });
@@ -155,7 +121,7 @@ describe('SentinelMonitor', () => {
     expect(err?.message).toContain(`none of the sentinels ${HOST}:${ports[0]},${HOST}:${ports[1]} answered`);
     expect(err?.message).toContain(`master "${setup.masterName}"`);
     expect(err?.message).toMatch(/ECONNREFUSED/);
-    expect(Date.now() - before).toBeLessThan(6_000);
+    expect(Date.now() - before).toBeLessThan(6_500); // asked again for five seconds
   });
 
   it('rejects after about five seconds when a sentinel accepts connections but never answers', async () => {
@@ -206,15 +172,120 @@ describe('SentinelMonitor', () => {
     expect(liveHandles()).toEqual(before);
   });
 
+  describe('never follows one sentinel alone', () => {
+    /** A real redis-server that no real sentinel names: where a lying sentinel sends the proxy. */
+    let elsewhere: RedisServer;
+    const liars: LyingSentinel[] = [];
+    const real = () => setup.sentinels.map((s) => ({ host: s.host, port: s.port }));
+    const liar = async (epoch?: number) => {
+      const sentinel = await startLyingSentinel({ masterName: setup.masterName, names: { host: HOST, port: elsewhere.port }, epoch });
+      liars.push(sentinel);
+      return sentinel;
+    };
+
+    beforeAll(async () => {
+      elsewhere = await startRedis();
+    });
+    afterAll(async () => {
+      await Promise.all(liars.map((l) => l.close()));
+      await elsewhere?.stop();
+    });
+
+    it('a liar listed first does not win the start-up', async () => {
+      const lying = await liar();
+      const monitor = await start({ sentinels: [{ host: lying.host, port: lying.port }, ...real()] });
+      expect(monitor.master).toEqual({ host: HOST, port: setup.master.port });
+      await expect.poll(() => lying.queries).toBeGreaterThan(0); // it was asked, and not believed
+    });
+
+    it('a liar listed last, claiming a far higher epoch, never wins a poll', async () => {
+      const lying = await liar(999);
+      const { log, lines } = capturingLogger();
+      const monitor = await start({ sentinels: [...real(), { host: lying.host, port: lying.port }], pollMs: 100, log });
+      const switches: Address[] = [];
+      monitor.on('switch', (_from, to) => switches.push(to));
+      await sleep(1_500); // a dozen polls
+      expect(switches).toEqual([]);
+      expect(monitor.master).toEqual({ host: HOST, port: setup.master.port });
+      expect(monitor.agreement().majority).toBe(true);
+      expect(lines.filter((l) => l.level >= WARN)).toEqual([]);
+    });
+
+    it('a liar publishing +switch-master over and over makes it ask, never switch', async () => {
+      const lying = await liar(999);
+      const monitor = await start({ sentinels: [{ host: lying.host, port: lying.port }, ...real()], pollMs: 60_000 });
+      const switches: Address[] = [];
+      monitor.on('switch', (_from, to) => switches.push(to));
+      const queries = lying.queries;
+      lying.spam({ host: HOST, port: setup.master.port }, 100);
+      await sleep(2_000);
+      expect(lying.published).toBeGreaterThan(10);
+      expect(switches).toEqual([]);
+      expect(monitor.master).toEqual({ host: HOST, port: setup.master.port });
+      // Each event made it ask every sentinel (at most every 250 ms), the liar included.
+      expect(lying.queries - queries).toBeGreaterThan(3);
+      expect(lying.queries - queries).toBeLessThan(12);
+    });
+
+    it('a real sentinel of another environment that monitors a master of the same name does not move it', async () => {
+      const other = await startSentinelSetup({ sentinels: 1, masterName: setup.masterName });
+      try {
+        const monitor = await start({ sentinels: [{ host: HOST, port: other.sentinels[0].port }, ...real()] });
+        expect(monitor.master).toEqual({ host: HOST, port: setup.master.port });
+        expect(await query(other.sentinels[0].port, ['SENTINEL', 'get-master-addr-by-name', setup.masterName])).toEqual([
+          HOST,
+          String(other.master.port),
+        ]);
+      } finally {
+        await other.stop();
+      }
+    }, 60_000);
+
+    it('with fewer than a majority answering keeps its master, says so once, and says when a majority is back', async () => {
+      const relay = await startRelay(setup.sentinels[1].port);
+      const { log, lines } = capturingLogger();
+      try {
+        const monitor = await start({
+          sentinels: [real()[0], { host: HOST, port: relay.port }, { host: HOST, port: await freePort() }],
+          pollMs: 100,
+          log,
+        });
+        expect(monitor.agreement()).toEqual({
+          majority: true,
+          detail: `a majority of the sentinels (2 of 3) names master ${HOST}:${setup.master.port}`,
+        });
+        relay.setDown(true);
+        await expect.poll(() => monitor.agreement().majority, { timeout: 5_000 }).toBe(false);
+        await sleep(1_000); // more polls without a majority
+        expect(monitor.master).toEqual({ host: HOST, port: setup.master.port });
+        expect(monitor.agreement().detail).toMatch(
+          new RegExp(
+            `^no majority of the sentinels \\(2 of 3\\) names one master; keeping master ${HOST}:${setup.master.port} \\(${HOST}:${setup.sentinels[0].port} names ${HOST}:${setup.master.port}; `,
+          ),
+        );
+        const said = lines.filter((l) => l.msg === 'sentinel: no majority of the sentinels names one master; keeping the current master');
+        expect(said).toHaveLength(1);
+        expect(said[0]).toMatchObject({ level: WARN, master: `${HOST}:${setup.master.port}`, majority: '2 of 3' });
+
+        relay.setDown(false);
+        await expect.poll(() => monitor.agreement(), { timeout: 10_000 }).toMatchObject({ majority: true });
+        expect(lines.filter((l) => l.msg === 'sentinel: a majority of the sentinels names the master again')).toHaveLength(1);
+      } finally {
+        await relay.close();
+      }
+    });
+  });
+
   // Last: it turns the replica into the master.
   it('emits switch on SENTINEL FAILOVER, by event and by poll, once each', async () => {
     const oldMaster: Address = { host: HOST, port: setup.master.port };
     const newMaster: Address = { host: HOST, port: setup.replica.port };
-    // One monitor that can only learn from +switch-master (its poll is far
-    // off), one that also polls fast, and one that can only poll (its
-    // sentinel, not the one doing the failover, is behind a relay that drops
-    // events). Each must report the change exactly once.
-    const relay = await startEventDroppingRelay(setup.sentinels[1].port);
+    // One monitor prompted only by +switch-master (its poll is far off: the
+    // event makes it ask both sentinels until both name the new master), one
+    // that also polls fast, and one that can only poll (its sentinel, not the
+    // one doing the failover, is behind a relay that drops events). Each must
+    // report the change exactly once.
+    const relay = await startRelay(setup.sentinels[1].port, { dropEvents: true });
     const logs = new Map<string, LogLine[]>();
     const monitor = async (name: string, opts: Partial<SentinelOptions>) => {
       const { log, lines } = capturingLogger();
@@ -244,15 +315,13 @@ describe('SentinelMonitor', () => {
         expect(w.monitor.describe(), w.name).toContain(`(master ${HOST}:${setup.replica.port})`);
         const switched = logs.get(w.name)?.filter((l) => l.msg === 'sentinel: master switched') ?? [];
         expect(switched, w.name).toHaveLength(1);
+        // Both sentinels must name the new master (one, behind the relay, for the poll-only monitor).
+        const votes = w.name === 'poll' ? '1 of 1' : '2 of 2';
         expect(switched[0], w.name).toMatchObject({
           from: `${HOST}:${oldMaster.port}`,
           to: `${HOST}:${newMaster.port}`,
-          epoch: expect.any(Number),
+          cause: `a majority of the sentinels names it (${votes})`,
         });
-        // A fast poll may see the promoted replica before the event comes
-        // (get-master-addr-by-name names it once the failover reconfigures replicas).
-        const cause = { event: /^\+switch-master from /, 'event+poll': /^(\+switch-master from |poll of )/, poll: /^poll of / }[w.name];
-        expect(switched[0].cause, w.name).toMatch(cause ?? /never/);
       }
       console.info(`failover seen after: ${watched.map((w) => `${w.name} ${w.switches[0].at - sentAt} ms`).join(', ')}`);
 

@@ -26,8 +26,10 @@ export interface MetricsOptions {
   clusterNodes?: () => ReadonlyArray<{ role: string | null; listening: boolean }>;
   /** Whether the proxy can serve, as /readyz says; `ready` is exposed only when given. */
   ready?: () => Promise<Readiness>;
-  /** The abandoned-lock scan's findings (--lock-scan-interval-ms); its metrics are exposed only when given. */
+  /** The lock scan's findings (--lock-scan-interval-ms); its metrics are exposed only when given. */
   lockScan?: () => LockScanState;
+  /** With --sentinel: whether a majority of the sentinels named the master in use at the last poll. */
+  sentinelMajority?: () => boolean;
 }
 
 /** A fresh registry (never the global one) with every proxy metric and the default process metrics. */
@@ -159,6 +161,14 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     "Connections closed because Redis did not answer a command of the proxy's own within --own-reply-timeout-ms.",
     () => stats.ownRepliesTimedOut,
   );
+  labelledCounter(
+    'admin_connections_refused_total',
+    'Admin HTTP connections closed as they came: over the connection cap (connections), or to keep file descriptors for clients (file-descriptors).',
+    ['reason'],
+    (emit) => {
+      for (const reason of ['connections', 'file-descriptors']) emit({ reason }, stats.adminRefusals.get(reason) ?? 0);
+    },
+  );
   counter('script_reloads_total', 'Times the script was missing from the script cache and was sent in full.', () => stats.scriptReloads);
   labelledCounter('rule_reloads_total', 'Rule reloads, by result.', ['result'], (emit) => {
     emit({ result: 'ok' }, stats.ruleReloads);
@@ -188,7 +198,7 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     });
   }
   if (lockScan !== undefined) {
-    // The abandoned-lock scan's findings per rule, and its own health.
+    // The lock scan's findings per rule, and its own health.
     const perRule = (name: string, help: string, read: (counts: RuleLockCounts) => number) => {
       new Gauge({
         name: PREFIX + name,
@@ -203,22 +213,38 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     };
     perRule('lock_keys', 'Lock keys in Redis that the rule names, at the last lock scan.', (c) => c.keys);
     perRule(
-      'lock_keys_abandoned',
-      'Of those, the ones that look abandoned (others tried while held, or a SET NX deadline long past).',
+      'lock_keys_without_expiry',
+      'Of those, the abandoned ones: without an expiry, they never go away by themselves (locks --release-abandoned deletes them).',
       (c) => c.abandoned,
     );
-    perRule('lock_keys_without_expiry', 'Of those, the ones without an expiry (they never go away by themselves).', (c) => c.noExpiry);
+    perRule(
+      'lock_keys_rearmed',
+      'Of those, the ones re-armed since the scan before: their expiry went up while their counter did (or a SET NX lock outlived its deadline). Through the proxy that never happens: traffic bypasses the proxy, or a proxy observes only.',
+      (c) => c.rearmed,
+    );
     labelledCounter('lock_scans_total', 'Lock scans, by result.', ['result'], (emit) => {
       emit({ result: 'ok' }, lockScan().scans);
       emit({ result: 'failed' }, lockScan().failures);
     });
-    gauge('lock_scan_truncated', 'Whether the last lock scan stopped at --lock-scan-max-keys (1) or read every lock key (0).', () =>
-      lockScan().truncated ? 1 : 0,
+    gauge(
+      'lock_scan_truncated',
+      'Whether the last lock scan stopped early, at --lock-scan-max-keys or --lock-scan-budget-ms (1), or went through the whole keyspace (0).',
+      () => (lockScan().stoppedEarly === undefined ? 0 : 1),
     );
+    gauge('lock_scan_duration_seconds', 'How long the last successful lock scan took, in seconds.', () => lockScan().lastDurationSeconds);
     gauge(
       'lock_scan_last_success_timestamp_seconds',
       'When the last lock scan succeeded (Unix seconds; 0: none yet).',
       () => lockScan().lastSuccess,
+    );
+  }
+
+  const { sentinelMajority } = opts;
+  if (sentinelMajority !== undefined) {
+    gauge(
+      'sentinel_majority',
+      'With --sentinel: whether a majority of the configured sentinels named the master in use at the last poll (1), or not (0: the proxy keeps that master, unconfirmed).',
+      () => (sentinelMajority() ? 1 : 0),
     );
   }
 

@@ -3,14 +3,39 @@
  * /readyz (the proxy can serve). Loopback by default (see --admin-listen);
  * it has no authentication, so it should not be exposed beyond the host or
  * the pod.
+ *
+ * It shares the process, its event loop and its file descriptors with the
+ * data path, so whoever reaches it must not be able to starve the clients:
+ * it holds at most MAX_CONNECTIONS connections, never takes the last file
+ * descriptors (fd-budget.ts), drops connections whose request does not
+ * arrive in time, and renders /metrics at most once per METRICS_MAX_AGE_MS
+ * however many ask. What it refuses is counted and logged (at most once
+ * every REFUSAL_LOG_MS).
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../log.js';
+import { FdBudget } from './fd-budget.js';
 
 /** How long /readyz waits for the readiness check before answering 503. */
 const READY_TIMEOUT_MS = 2000;
+/** Connections at once: scrapers and probes need a handful; more are closed as they come. */
+export const MAX_CONNECTIONS = 32;
+/** A request's headers must be in within this, the whole request within REQUEST_TIMEOUT_MS. */
+const HEADERS_TIMEOUT_MS = 5_000;
+const REQUEST_TIMEOUT_MS = 10_000;
+/** An idle keep-alive connection is closed after this. */
+const KEEP_ALIVE_TIMEOUT_MS = 5_000;
+/** How often Node looks for requests past those timeouts (its default, 30 s, lets them linger). */
+const TIMEOUT_CHECK_MS = 1_000;
+/** /metrics is rendered once, then served as it is for this long. */
+export const METRICS_MAX_AGE_MS = 1_000;
+/** Refused connections are logged at most this often, with how many since the last line. */
+const REFUSAL_LOG_MS = 10_000;
+
+/** Why a connection was refused: the cap on connections, or file descriptors kept for clients. */
+export type AdminRefusal = 'connections' | 'file-descriptors';
 
 const TEXT = 'text/plain; charset=utf-8';
 
@@ -24,6 +49,10 @@ export interface AdminServerOptions {
   /** Whether the proxy can serve; `detail` is shown after "ready:" / "not ready:". */
   ready: () => Promise<Readiness>;
   log: Logger;
+  /** Told of each connection refused (for a metric). */
+  onRefused?: (reason: AdminRefusal) => void;
+  /** The file descriptors it may take (default: this process's, from /proc). */
+  fdBudget?: FdBudget;
 }
 
 export interface AdminServer {
@@ -42,16 +71,35 @@ interface Reply {
 
 export async function startAdminServer(listen: { host: string; port: number }, opts: AdminServerOptions): Promise<AdminServer> {
   const { log } = opts;
+  const metrics = new RenderedMetrics(opts.registry);
+  const fds = opts.fdBudget ?? FdBudget.ofThisProcess();
+  const refused = refusalLog(log, opts.onRefused);
 
-  const server = createServer((req, res) => {
-    respond(req, res, opts).catch((err: unknown) => {
-      log.error({ err, method: req.method, url: req.url }, 'admin request failed');
-      if (!res.headersSent) {
-        send(req, res, { status: 500, body: 'internal error\n' });
-      } else {
-        res.destroy();
-      }
-    });
+  const server = createServer(
+    {
+      headersTimeout: HEADERS_TIMEOUT_MS,
+      requestTimeout: REQUEST_TIMEOUT_MS,
+      keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+      connectionsCheckingInterval: TIMEOUT_CHECK_MS,
+    },
+    (req, res) => {
+      respond(req, res, opts, metrics).catch((err: unknown) => {
+        log.error({ err, method: req.method, url: req.url }, 'admin request failed');
+        if (!res.headersSent) {
+          send(req, res, { status: 500, body: 'internal error\n' });
+        } else {
+          res.destroy();
+        }
+      });
+    },
+  );
+  // Over the cap Node closes a connection as soon as it is accepted, and says so with 'drop'.
+  server.maxConnections = MAX_CONNECTIONS;
+  server.on('drop', () => refused('connections'));
+  server.on('connection', (socket: Socket) => {
+    if (fds.take()) return;
+    socket.destroy();
+    refused('file-descriptors');
   });
 
   await new Promise<void>((resolve, reject) => {
@@ -83,7 +131,7 @@ export async function startAdminServer(listen: { host: string; port: number }, o
   };
 }
 
-async function respond(req: IncomingMessage, res: ServerResponse, opts: AdminServerOptions): Promise<void> {
+async function respond(req: IncomingMessage, res: ServerResponse, opts: AdminServerOptions, metrics: RenderedMetrics): Promise<void> {
   // The path alone: no URL parsing, so "//host/metrics" is not mistaken for "/metrics".
   const url = req.url ?? '/';
   const query = url.indexOf('?');
@@ -100,7 +148,7 @@ async function respond(req: IncomingMessage, res: ServerResponse, opts: AdminSer
 
   switch (path) {
     case '/metrics': {
-      const body = await opts.registry.metrics();
+      const body = await metrics.text();
       send(req, res, { status: 200, body, contentType: opts.registry.contentType });
       return;
     }
@@ -152,4 +200,46 @@ function send(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
   // HEAD: the same status and headers (Content-Length included), no body.
   if (req.method === 'HEAD') res.end();
   else res.end(body);
+}
+
+/**
+ * /metrics as last rendered: rendering takes milliseconds of the event loop the clients share, so
+ * it happens at most once per METRICS_MAX_AGE_MS, and requests that come while it runs wait for
+ * that one rendering.
+ */
+class RenderedMetrics {
+  private rendered: { text: string; at: number } | undefined;
+  private rendering: Promise<string> | undefined;
+
+  constructor(private readonly registry: Registry) {}
+
+  text(): Promise<string> {
+    if (this.rendered !== undefined && Date.now() - this.rendered.at < METRICS_MAX_AGE_MS) return Promise.resolve(this.rendered.text);
+    this.rendering ??= this.registry
+      .metrics()
+      .then((text) => {
+        this.rendered = { text, at: Date.now() };
+        return text;
+      })
+      .finally(() => (this.rendering = undefined));
+    return this.rendering;
+  }
+}
+
+/** Counts each refused connection, and logs them at most once every REFUSAL_LOG_MS, with how many and why. */
+function refusalLog(log: Logger, onRefused: ((reason: AdminRefusal) => void) | undefined): (reason: AdminRefusal) => void {
+  const since = new Map<AdminRefusal, number>();
+  let lastLog = 0;
+  return (reason) => {
+    onRefused?.(reason);
+    since.set(reason, (since.get(reason) ?? 0) + 1);
+    if (Date.now() - lastLog < REFUSAL_LOG_MS) return;
+    lastLog = Date.now();
+    const counts = Object.fromEntries(since);
+    since.clear();
+    log.warn(
+      { refused: counts, maxConnections: MAX_CONNECTIONS },
+      'admin server: connections refused (the connection cap, or file descriptors kept for clients)',
+    );
+  };
 }

@@ -1,17 +1,25 @@
 /**
  * The lock keys the rules name, read from Redis into rows (for `locks` and the proxy's lock
- * scan): counter (or raw value), remaining TTL, what the lock is for (decoded by the rules'
- * `describe:`), and why it looks abandoned, if it does.
+ * scan): counter (or raw value), expiry, what the lock is for (decoded by the rules'
+ * `describe:`), and the evidence of trouble only an unhealthy lock shows:
  *
- * Safe on a big keyspace: SCAN with MATCH on each rule's prefix (never KEYS), streamed page by
- * page, with the per-key reads pipelined in batches.
+ * - **abandoned**: no expiry. Behind the proxy every lock expires within its lease (the fix sets
+ *   the expiry when the lock is created, and heals a lock that lost it), so a lock without one
+ *   never goes away by itself. This is what `--release-abandoned` deletes.
+ * - **re-armed: traffic bypasses the proxy**: the expiry went up between two reads while the
+ *   counter went up too (an attempt that re-armed a held lock: a client that does not go
+ *   through the proxy, or a proxy in observe mode), or a fixed node's SET NX lock still exists
+ *   long after the deadline it holds.
+ *
+ * A counter above 1 is no such evidence: it is every contended lock's normal state (a contender
+ * that tried once), and such a lock expires at its owner's deadline all the same.
  */
 import type { Redis } from 'ioredis';
 import { describeFields, isoTime } from '../rules/key-description.js';
 import { decodeLayout } from '../rules/key-layout.js';
 import { ruleMatches } from '../rules/loader.js';
 import type { Rule, RuleSet } from '../rules/types.js';
-import type { LockNode } from './nodes.js';
+import type { FoundKey } from './scan.js';
 
 /** Keys whose GET and PTTL go out in one pipeline (and keys deleted per pipeline). */
 export const READ_BATCH = 500;
@@ -30,147 +38,94 @@ export interface LockRow {
   readonly value: Buffer | undefined;
   /** As PTTL returns it: -1 no expiry. */
   readonly pttl: number;
+  /**
+   * When it expires, in ms of Redis's clock, or undefined without an expiry: TIME taken after the
+   * PTTL, plus the PTTL, so never earlier than the true expiry (and later by the few ms the
+   * pipeline took).
+   */
+  readonly expiresAt: number | undefined;
   readonly what: string;
-  /** Why the lock looks abandoned; empty when it does not. */
-  readonly flags: readonly string[];
-  /** Others tried to take it while it was held (counter above 1), or a SET NX deadline long passed. */
+  /** No expiry: it never goes away by itself. */
   readonly abandoned: boolean;
+  /** The evidence that its expiry was re-armed by traffic that bypasses the proxy, or undefined. */
+  readonly rearmed: string | undefined;
 }
 
-/** Whether the row has a flag: it looks abandoned, or it has no expiry (what --release-abandoned deletes). */
+/** What a later read is compared with (compareReads): the value as an integer, and the expiry. */
+export type ReadSample = Pick<LockRow, 'counter' | 'deadline' | 'expiresAt'>;
+
+/** What the row's FLAG column says; empty for a healthy lock. */
+export function flagsOf(row: LockRow): string[] {
+  const flags: string[] = [];
+  if (row.abandoned) flags.push('abandoned: no expiry, never expires');
+  if (row.rearmed !== undefined) flags.push(`re-armed: traffic bypasses the proxy (${row.rearmed})`);
+  return flags;
+}
+
+/** Whether the row shows trouble: abandoned, or re-armed. */
 export function isFlagged(row: LockRow): boolean {
-  return row.flags.length > 0;
-}
-
-/** What one read of the lock keys found. */
-export interface LockScan {
-  readonly rows: LockRow[];
-  /** It stopped at `maxKeys` lock keys: there may be more. */
-  readonly truncated: boolean;
-}
-
-/**
- * The lock keys on every node, node after node, at most `maxKeys` of them in all (the proxy's
- * periodic scan bounds its work per run this way).
- */
-export async function scanNodes(
-  nodes: readonly LockNode[],
-  rules: RuleSet,
-  options: { count: number; maxKeys?: number },
-): Promise<LockScan> {
-  const rows: LockRow[] = [];
-  for (const node of nodes) {
-    const left = options.maxKeys === undefined ? undefined : options.maxKeys - rows.length;
-    const scan = await scanLocks(node.redis, rules, { count: options.count, node: node.name, maxKeys: left });
-    rows.push(...scan.rows);
-    if (scan.truncated) return { rows, truncated: true };
-  }
-  return { rows, truncated: false };
-}
-
-/**
- * The lock keys on one node, at most `maxKeys` of them: truncated only when one more is found.
- * SCAN with MATCH on each rule's prefix, a page at a time.
- */
-export async function scanLocks(
-  redis: Redis,
-  rules: RuleSet,
-  options: { count: number; node: string; maxKeys?: number },
-): Promise<LockScan> {
-  const maxKeys = options.maxKeys ?? Number.POSITIVE_INFINITY;
-  const rows: LockRow[] = [];
-  const seen = new Set<string>();
-  let batch: Array<{ key: Buffer; rule: Rule }> = [];
-  const flush = async () => {
-    rows.push(...(await readBatch(redis, rules, batch, options.node)));
-    batch = [];
-  };
-  for (const prefix of scanPrefixes(rules.rules)) {
-    for await (const keys of scanPages(redis, globPatternFor(prefix), options.count)) {
-      for (const key of keys) {
-        const rule = rules.match(key);
-        if (rule === undefined) continue;
-        const id = key.toString('latin1');
-        // SCAN may return a key twice (the table can be rehashed between calls).
-        if (seen.has(id)) continue;
-        if (seen.size >= maxKeys) {
-          if (batch.length > 0) await flush();
-          return { rows, truncated: true };
-        }
-        seen.add(id);
-        batch.push({ key, rule });
-        if (batch.length >= READ_BATCH) await flush();
-      }
-    }
-  }
-  if (batch.length > 0) await flush();
-  return { rows, truncated: false };
-}
-
-/** The rules' distinct prefixes, without those another listed prefix already covers. */
-function scanPrefixes(rules: readonly Rule[]): Buffer[] {
-  const sorted = [...rules.map((rule) => rule.prefix)].sort((a, b) => a.length - b.length);
-  const kept: Buffer[] = [];
-  for (const prefix of sorted) {
-    if (!kept.some((shorter) => prefix.subarray(0, shorter.length).equals(shorter))) kept.push(prefix);
-  }
-  return kept;
-}
-
-/** A SCAN MATCH pattern for keys starting with `prefix`: its bytes with `*?[]\` escaped, then `*`. */
-export function globPatternFor(prefix: Uint8Array): Buffer {
-  const out: number[] = [];
-  for (const byte of prefix) {
-    // * ? [ ] \
-    if (byte === 0x2a || byte === 0x3f || byte === 0x5b || byte === 0x5d || byte === 0x5c) out.push(0x5c);
-    out.push(byte);
-  }
-  out.push(0x2a);
-  return Buffer.from(out);
-}
-
-/** SCAN pages, one call at a time: only one page of keys is in memory at once. */
-async function* scanPages(redis: Redis, pattern: Buffer, count: number): AsyncGenerator<Buffer[]> {
-  let cursor = '0';
-  do {
-    const reply = (await redis.callBuffer('SCAN', cursor, 'MATCH', pattern, 'COUNT', String(count))) as unknown;
-    if (!Array.isArray(reply) || reply.length !== 2 || !Buffer.isBuffer(reply[0]) || !Array.isArray(reply[1])) {
-      throw new Error(`unexpected SCAN reply (not [cursor, keys]): ${JSON.stringify(reply)?.slice(0, 200)}`);
-    }
-    cursor = reply[0].toString('latin1');
-    yield reply[1] as Buffer[];
-  } while (cursor !== '0');
+  return row.abandoned || row.rearmed !== undefined;
 }
 
 /** The rows of these keys, read in one pipeline; keys gone since SCAN saw them have none. */
-export async function readBatch(
-  redis: Redis,
-  rules: RuleSet,
-  batch: ReadonlyArray<{ key: Buffer; rule: Rule }>,
-  node: string,
-): Promise<LockRow[]> {
-  // TIME first: SET NX deadlines are compared with Redis's clock, not this machine's.
-  const pipeline = redis.pipeline().time();
+export async function readBatch(redis: Redis, rules: RuleSet, batch: readonly FoundKey[], node: string): Promise<LockRow[]> {
+  // TIME last: the expiry of each key is placed on Redis's clock no earlier than it really is,
+  // and SET NX deadlines are compared with Redis's clock, not this machine's.
+  const pipeline = redis.pipeline();
   for (const { key } of batch) pipeline.getBuffer(key).pttl(key);
+  pipeline.time();
   const replies = (await pipeline.exec()) ?? [];
   const reply = (i: number): [Error | null, unknown] =>
-    replies[i] ?? [new Error(`reply ${i} of the TIME, GET and PTTL pipeline is missing`), null];
-  const [timeError, time] = reply(0);
+    replies[i] ?? [new Error(`reply ${i} of the GET, PTTL and TIME pipeline is missing`), null];
+  const [timeError, time] = reply(2 * batch.length);
   if (timeError) throw timeError;
-  const nowSeconds = BigInt(String((time as unknown[])[0]));
+  const [seconds, micros] = (time as unknown[]).map((part) => Number(part));
+  const nowMs = seconds * 1000 + Math.floor(micros / 1000);
   const rows: LockRow[] = [];
   batch.forEach(({ key, rule }, i) => {
-    const [getError, value] = reply(1 + 2 * i);
-    const [pttlError, pttl] = reply(2 + 2 * i);
+    const [getError, value] = reply(2 * i);
+    const [pttlError, pttl] = reply(2 * i + 1);
     if (pttlError) throw pttlError;
     if (pttl === -2) return; // gone since SCAN saw it: released or expired
     if (getError && !/^WRONGTYPE/.test(getError.message)) throw getError;
     if (!getError && value === null) return; // gone between the two reads
-    rows.push(
-      makeRow(key, node, rule.name, describeLockKey(key, rules), getError ? undefined : (value as Buffer), Number(pttl), nowSeconds),
-    );
+    const read = { value: getError ? undefined : (value as Buffer), pttl: Number(pttl), nowMs };
+    rows.push(makeRow(key, node, rule.name, describeLockKey(key, rules), read));
   });
   return rows;
+}
+
+/** The same keys read again: their rows as they are now (keys gone since are left out). */
+export function rereadRows(redis: Redis, rules: RuleSet, rows: readonly LockRow[], node: string): Promise<LockRow[]> {
+  const batch = rows.flatMap((row) => {
+    const rule = rules.match(row.key);
+    return rule === undefined ? [] : [{ key: row.key, rule }];
+  });
+  return readBatch(redis, rules, batch, node);
+}
+
+/**
+ * How far the expiry must have gone up between two reads to count as re-armed: far above what
+ * reading costs (expiresAt is late by the few ms a pipeline takes), and below the interval
+ * between two attempts of any lock that matters.
+ */
+const REARM_MIN_RAISE_MS = 1000;
+
+/**
+ * The row read later, with the evidence of a re-arm if the two reads show one: the expiry went
+ * up while the counter (or a SET NX lock's value, which old nodes' attempts increment) went up
+ * too. Through the proxy an attempt on a held lock moves the counter but never the expiry.
+ * (A lock released and taken again between the reads, then tried, shows the same; the alert
+ * waits for re-arms to recur.)
+ */
+export function compareReads(earlier: ReadSample, later: LockRow): LockRow {
+  if (later.rearmed !== undefined || earlier.expiresAt === undefined || later.expiresAt === undefined) return later;
+  const before = earlier.counter ?? earlier.deadline;
+  const after = later.counter ?? later.deadline;
+  if (before === undefined || after === undefined || after <= before) return later;
+  const raisedMs = later.expiresAt - earlier.expiresAt;
+  if (raisedMs <= REARM_MIN_RAISE_MS) return later;
+  return { ...later, rearmed: `expiry raised ${(raisedMs / 1000).toFixed(1)}s while the counter went from ${before} to ${after}` };
 }
 
 /**
@@ -179,39 +134,37 @@ export async function readBatch(
  * anywhere near this, so an integer at least this big is read as such a deadline, not a counter.
  */
 const DEADLINE_MIN = 1_000_000_000n;
-/** A deadline this far in the past (seconds) on a key that still exists means its expiry was re-armed. */
+/**
+ * A deadline this far in the past (seconds) on a key that still exists means its expiry was
+ * re-armed: set with EX at the deadline, the key would be gone, and through the proxy an old
+ * node's attempt raises the value, never the expiry. (The slack covers clocks of Stalwart's
+ * nodes that run behind Redis's.)
+ */
 const DEADLINE_SLACK_SECONDS = 60n;
 
-/** `nowSeconds`: Redis's clock (TIME), for SET NX deadlines. */
 function makeRow(
   key: Buffer,
   node: string,
   rule: string,
   description: string,
-  value: Buffer | undefined,
-  pttl: number,
-  nowSeconds: bigint,
+  read: { value: Buffer | undefined; pttl: number; nowMs: number },
 ): LockRow {
+  const { value, pttl, nowMs } = read;
   const integer = value !== undefined ? integerValue(value) : undefined;
-  const flags: string[] = [];
+  const nowSeconds = BigInt(Math.floor(nowMs / 1000));
   let what = description;
   let counter: bigint | undefined;
   let deadline: bigint | undefined;
+  let rearmed: string | undefined;
   if (integer !== undefined && integer >= DEADLINE_MIN) {
     deadline = integer;
     what += ` (SET NX lock, deadline ${isoTime(integer)})`;
-    if (pttl !== -1 && integer < nowSeconds - DEADLINE_SLACK_SECONDS) {
-      flags.push(`likely abandoned (deadline passed ${nowSeconds - integer}s ago but the expiry was re-armed)`);
-    }
+    if (pttl !== -1 && integer < nowSeconds - DEADLINE_SLACK_SECONDS) rearmed = `SET NX deadline passed ${nowSeconds - integer}s ago`;
   } else {
     counter = integer;
-    if (counter !== undefined && counter > 1n) {
-      flags.push(`likely abandoned (counter ${counter}: other nodes tried to take it)`);
-    }
   }
-  const abandoned = flags.length > 0;
-  if (pttl === -1) flags.push('no expiry: never expires');
-  return { key, node, rule, counter, deadline, value, pttl, what, flags, abandoned };
+  const expiresAt = pttl >= 0 ? nowMs + pttl : undefined;
+  return { key, node, rule, counter, deadline, value, pttl, expiresAt, what, abandoned: pttl === -1, rearmed };
 }
 
 /** The value as Redis's INCR reads it, or undefined. */

@@ -11,6 +11,13 @@ export interface Io {
   stdout: (text: string) => void;
   stderr: (text: string) => void;
   env: NodeJS.ProcessEnv;
+  /** Standard error is a terminal: progress lines may go there. */
+  stderrIsTerminal?: boolean;
+  /**
+   * Asks the person at the terminal a yes/no question (default no); present only when standard
+   * input and standard error are a terminal, so that a script never waits for an answer.
+   */
+  confirm?: (question: string) => Promise<boolean>;
 }
 
 /** Bad options or rule files: says why, as `redis-lock-proxy <command>: ...`, and gives exit code 2. */
@@ -31,10 +38,10 @@ export function parseCommandLine<T extends ParseArgsConfig>(config: T): ReturnTy
   }
 }
 
-/** A count or a time in ms given as an option: an integer from 1 to 9999999. */
-export function positiveInteger(option: string, text: string): number {
-  if (!/^\d{1,7}$/.test(text) || Number(text) < 1) {
-    throw new UsageError(`${option} must be an integer from 1 to 9999999, got "${text}"`);
+/** A count or a time in ms given as an option: an integer from `min` to `max` (default 1 to 9999999); `why` follows the range in the error. */
+export function integerOption(option: string, text: string, min = 1, max = 9_999_999, why = ''): number {
+  if (!/^\d{1,10}$/.test(text) || Number(text) < min || Number(text) > max) {
+    throw new UsageError(`${option} must be an integer from ${min} to ${max}${why}, got "${text}"`);
   }
   return Number(text);
 }

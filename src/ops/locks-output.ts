@@ -1,17 +1,20 @@
 /**
- * `locks`: how rows are shown: a table with keys escaped as `--release` takes them back, or one
- * JSON object per line, and the one-line summaries the release messages use.
+ * `locks`: how rows are shown. A table for people, with every key as a quoted shell word that
+ * `--release` takes back and every other column escaped to printable ASCII (what a lock is for
+ * can hold a domain someone else chose); or one JSON object per line, in ASCII (anything else
+ * written \uXXXX), so that it too is safe on a terminal. And the one-line summaries the release
+ * messages use.
  */
-import { describeKey, escapeKey } from '../key-text.js';
+import { describeKey, escapeKey, keyArgument, printableText } from '../key-text.js';
 import type { Io } from './command.js';
-import { isFlagged, type LockRow } from '../lock-keys/read.js';
+import { flagsOf, isFlagged, type LockRow } from '../lock-keys/read.js';
 
 const COLUMNS = ['KEY', 'RULE', 'COUNTER', 'TTL', 'WHAT', 'FLAG'];
 
 /** The rows as a table, or with --json one object per line. `byNode`: a NODE column (a cluster's masters). */
 export function printRows(rows: readonly LockRow[], json: boolean, io: Io, byNode = false): void {
   if (json) {
-    for (const row of rows) io.stdout(`${JSON.stringify(rowJson(row))}\n`);
+    for (const row of rows) io.stdout(`${asciiJson(rowJson(row))}\n`);
     return;
   }
   if (rows.length === 0) return;
@@ -21,7 +24,7 @@ export function printRows(rows: readonly LockRow[], json: boolean, io: Io, byNod
 /** The rows as a table under a header line, columns padded to their widest cell. */
 export function table(rows: readonly LockRow[], byNode = false): string {
   const header = byNode ? ['NODE', ...COLUMNS] : COLUMNS;
-  const all = [header, ...rows.map((row) => (byNode ? [row.node, ...rowCells(row)] : rowCells(row)))];
+  const all = [header, ...rows.map((row) => (byNode ? [printableText(row.node), ...rowCells(row)] : rowCells(row)))];
   const widths = header.map((_, c) => Math.max(...all.map((line) => line[c].length)));
   return all
     .map((line) =>
@@ -35,11 +38,12 @@ export function table(rows: readonly LockRow[], byNode = false): string {
 }
 
 function rowCells(row: LockRow): string[] {
-  return [escapeKey(row.key), row.rule, counterText(row), ttlText(row.pttl), row.what, row.flags.join('; ')];
+  return [keyArgument(row.key), printableText(row.rule), counterText(row), ttlText(row.pttl), printableText(row.what), flagsText(row)];
 }
 
 function counterText(row: LockRow): string {
   if (row.counter !== undefined) return String(row.counter);
+  if (row.deadline !== undefined) return String(row.deadline);
   if (row.value === undefined) return '(not a string)';
   return describeKey(row.value);
 }
@@ -49,45 +53,56 @@ function ttlText(pttl: number): string {
   return `${(pttl / 1000).toFixed(1)}s`;
 }
 
-/** A row as JSON: keys escaped as the table prints them, plus hex. */
+function flagsText(row: LockRow): string {
+  return printableText(flagsOf(row).join('; '));
+}
+
+/** A row as JSON: the key escaped as the table prints it (without the quotes), and in hex for --release-hex. */
 export function rowJson(row: LockRow): Record<string, unknown> {
-  const counter =
-    row.counter === undefined
-      ? null
-      : row.counter <= BigInt(Number.MAX_SAFE_INTEGER) && row.counter >= BigInt(Number.MIN_SAFE_INTEGER)
-        ? Number(row.counter)
-        : String(row.counter);
   return {
     key: escapeKey(row.key),
     key_hex: row.key.toString('hex'),
     node: row.node,
     rule: row.rule,
-    counter,
+    counter: jsonInteger(row.counter),
     deadline: row.deadline === undefined ? null : Number(row.deadline),
     value: row.counter === undefined && row.value !== undefined ? escapeKey(row.value) : null,
     pttl_ms: row.pttl,
     what: row.what,
     flagged: isFlagged(row),
-    flags: row.flags,
+    abandoned: row.abandoned,
+    rearmed: row.rearmed ?? null,
+    flags: flagsOf(row),
   };
 }
 
-/** One row on one line: rule, what, counter, TTL and flags. */
-export function rowSummary(row: LockRow): string {
-  const parts = [row.rule, row.what, `counter ${counterText(row)}`, `ttl ${ttlText(row.pttl)}`];
-  if (row.flags.length > 0) parts.push(row.flags.join('; '));
-  return parts.join(', ');
+function jsonInteger(value: bigint | undefined): number | string | null {
+  if (value === undefined) return null;
+  return value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= BigInt(Number.MIN_SAFE_INTEGER) ? Number(value) : String(value);
 }
 
-/** The listing's last line; `masters`: how many a cluster's keys were read from. */
-export function summary(rows: readonly LockRow[], masters?: number): string {
-  const where = masters === undefined ? '' : ` on ${masters} master(s)`;
+/** JSON with every character outside printable ASCII written \uXXXX: the same value, safe on a terminal. */
+export function asciiJson(value: unknown): string {
+  return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/** One row on one line: rule, what, counter, TTL and flags, escaped. */
+export function rowSummary(row: LockRow): string {
+  const parts = [row.rule, row.what, `counter ${counterText(row)}`, `ttl ${ttlText(row.pttl)}`, ...flagsOf(row)];
+  return printableText(parts.join(', '));
+}
+
+/** The listing's last line. `masters`: how many a cluster's keys were read from; `rechecked`: whether re-arms were looked for. */
+export function summary(rows: readonly LockRow[], options: { masters?: number; rechecked: boolean }): string {
+  const where = options.masters === undefined ? '' : ` on ${options.masters} master(s)`;
+  const unchecked = options.rechecked ? '' : '; re-arms not looked for (--recheck-ms 0)';
   if (rows.length === 0) return `no lock keys found${where}\n`;
-  const flagged = rows.filter(isFlagged).length;
-  return `${rows.length} lock key(s)${where}, ${flagged} flagged\n`;
+  const abandoned = rows.filter((row) => row.abandoned).length;
+  const rearmed = rows.filter((row) => row.rearmed !== undefined).length;
+  return `${rows.length} lock key(s)${where}: ${abandoned} abandoned (no expiry), ${rearmed} re-armed (traffic bypasses the proxy)${unchecked}\n`;
 }
 
 /** One result line: the text, or with --json the record. */
 export function printResult(io: Io, json: boolean, text: string, record: Record<string, unknown>): void {
-  io.stdout(json ? `${JSON.stringify(record)}\n` : `${text}\n`);
+  io.stdout(json ? `${asciiJson(record)}\n` : `${text}\n`);
 }

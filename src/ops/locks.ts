@@ -1,25 +1,28 @@
 /**
  * `redis-lock-proxy locks --upstream URL [--rules PATH]... [--stalwart VERSION] [--count N]
- *                         [--json] [--release KEY...] [--release-abandoned [--yes]]`
+ *                         [--scan-budget-ms N] [--recheck-ms N] [--json]
+ *                         [--release KEY... | --release-hex HEX... [--yes | --dry-run]]
+ *                         [--release-abandoned [--yes | --dry-run]]`
  *
  * Lists the lock keys the rules name, straight from Redis: counter (or raw value), remaining
- * TTL, what the lock is for (decoded by the rules' `describe:`), and a flag on the ones
- * that look abandoned: a counter above 1 (other nodes tried to take the lock while it was held)
- * or no expiry at all (it would never go away). Optionally deletes locks: named ones, or every
- * flagged one after re-checking, atomically, that it has not changed since it was read.
+ * TTL, what the lock is for (decoded by the rules' `describe:`), and a flag on the ones that
+ * show trouble (lock-keys/read.ts): abandoned (no expiry: it never goes away), or re-armed
+ * (its expiry went up between two reads with its counter: traffic that bypasses the proxy).
+ * Optionally deletes locks: named ones, or the abandoned ones, each only if it is still as read.
  *
- * In front of a Redis Cluster it reads every master itself (lock-nodes.ts). TLS as the proxy
+ * In front of a Redis Cluster it reads every master itself (lock-keys/nodes.ts). TLS as the proxy
  * takes it: --upstream-ca, --upstream-cert/--upstream-key, --upstream-servername, --upstream-insecure.
  *
- * This file is the command: its options, its connection and its exit codes. The listing is in
- * locks-list.ts, the output in locks-output.ts, the deleting in locks-release.ts.
+ * This file is the command: its options, its connection and its exit codes. The output is in
+ * locks-output.ts and locks-progress.ts, the deleting in locks-release.ts and locks-abandoned.ts.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { chooseRules, upstreamTlsFrom, type RuleChoice, type UpstreamTls } from '../config.js';
 import { UsageError } from '../errors.js';
-import { unescapeKey } from '../key-text.js';
+import { keyFromHex, unescapeKey } from '../key-text.js';
 import { loadRules } from '../rules/loader.js';
 import type { RuleSet } from '../rules/types.js';
-import { readCommandSettings, text } from '../settings.js';
+import { OPTIONS, readCommandSettings, text } from '../settings.js';
 import { parseUpstreamUrl, type UpstreamTarget } from '../upstream/target.js';
 import {
   connectionFault,
@@ -27,21 +30,29 @@ import {
   parseCommandLine,
   speaksResp,
   type FlagTable,
-  positiveInteger,
+  integerOption,
   usageFailed,
   type Io,
 } from './command.js';
 import { openLockNodes, type LockNodes } from '../lock-keys/nodes.js';
-import { scanNodes } from '../lock-keys/read.js';
+import { recheckRows, scanNodes, type PassEnd, type PassLimits } from '../lock-keys/pass.js';
+import { MAX_SCAN_COUNT } from '../lock-keys/scan.js';
 import { printRows, summary } from './locks-output.js';
-import { releaseAbandoned, releaseNamed } from './locks-release.js';
+import { clearingProgress, startProgress } from './locks-progress.js';
+import { releaseAbandoned } from './locks-abandoned.js';
+import { releaseNamed } from './locks-release.js';
+
+/** The proxy's periodic scan's budget: one scan of either kind may take as long. */
+const DEFAULT_SCAN_BUDGET_MS = OPTIONS['lock-scan-budget-ms'].default;
 
 export const LOCKS_USAGE = `Usage: redis-lock-proxy locks [options]
 
-Lists the lock keys that the rules name, directly from Redis (SCAN, never
-KEYS), with their counter, remaining TTL, what they lock, and a flag on locks
-that look abandoned: counter above 1 (other nodes tried to take it) or no
-expiry (it never goes away). Can delete locks.
+Lists the lock keys that the rules name, directly from Redis (one SCAN pass,
+never KEYS), with their counter, remaining TTL, what they lock, and a flag on
+locks that show trouble: abandoned (no expiry: it never goes away by itself)
+or re-armed (its expiry went up between two reads while its counter went up:
+traffic bypasses the proxy). A counter above 1 is normal: others tried to take
+the lock while it was held. Can delete locks, each only if unchanged.
 
 Options (environment variable in brackets; flags win):
   --upstream URL          the Redis itself, as given to the proxy:
@@ -67,51 +78,64 @@ Options (environment variable in brackets; flags win):
   --stalwart VERSION      only the rule files for this Stalwart release, e.g.
                           0.15.3: its lock kinds, decoded as it writes them
                           [REDIS_LOCK_PROXY_STALWART]
-  --count N               SCAN COUNT hint per call (default 1000)
+  --count N               SCAN COUNT hint per call, 1 to ${MAX_SCAN_COUNT} (default 1000)
+  --scan-budget-ms N      stop scanning after this long (default ${DEFAULT_SCAN_BUDGET_MS});
+                          what was found is still shown, and the exit status is 3
+  --recheck-ms N          read the lock keys found again this long after the
+                          scan, to see re-armed ones (default 3000; 0: one read)
   --json                  one JSON object per line instead of a table
   --release KEY...        delete these keys, written as the table prints them
-                          (\\x17\\x00...; quote them for the shell)
-  --release-abandoned     delete every flagged lock that is unchanged since it
-                          was read; lists them and exits 1 unless --yes is given
-  --yes                   confirm --release-abandoned
+                          (in single quotes, as printed: '\\x17\\x00...')
+  --release-hex HEX...    delete these keys, given in hex (key_hex in --json)
+  --release-abandoned     delete the locks without an expiry (abandoned), each
+                          only if it still has none; lists them unless --yes
+  --yes                   delete without asking (--release, --release-hex,
+                          --release-abandoned); without it --release asks when
+                          run in a terminal
+  --dry-run               show what would be deleted, delete nothing
   -h, --help              show this help
 
-Exit status: 0 done, 1 Redis unreachable, a key not released, or
---release-abandoned without --yes, 2 bad options or rule files.
+A key is deleted only if it still holds the value read and its expiry has not
+gone up (abandoned ones: still none): a lock taken, tried or re-armed in the
+meantime stays.
+
+Exit status: 0 done; 1 Redis unreachable, a key not deleted (refused, changed,
+an error) or deleting not confirmed; 2 bad options or rule files; 3 the scan
+stopped at --scan-budget-ms: what was shown (or deleted) is incomplete.
 `;
 
 const DEFAULT_SCAN_COUNT = 1000;
+const DEFAULT_RECHECK_MS = 3000;
 const CONNECT_TIMEOUT_MS = 5000;
+/** Exit status when the scan stopped at its time budget. */
+const INCOMPLETE = 3;
 
 interface LocksOptions {
   upstream: UpstreamTarget;
   tls: UpstreamTls | null;
   rules: RuleChoice;
   count: number;
+  scanBudgetMs: number;
+  recheckMs: number;
   json: boolean;
-  release: string[];
+  /** Keys to delete: escaped text (--release) or hex (--release-hex), checked before Redis is asked. */
+  release: Buffer[];
   releaseAbandoned: boolean;
   yes: boolean;
+  dryRun: boolean;
 }
 
 export async function run(argv: string[], io: Io): Promise<number> {
   let options: LocksOptions | 'help';
   let rules: RuleSet;
   try {
+    // Named keys are checked here, before anything touches Redis, so a typo deletes nothing.
     options = parseOptions(argv, io.env);
     if (options === 'help') {
       io.stdout(LOCKS_USAGE);
       return 0;
     }
     rules = loadRules(options.rules.paths, options.rules.release);
-  } catch (error) {
-    return usageFailed(io, 'locks', error);
-  }
-
-  // Named keys are checked before anything touches Redis, so a typo deletes nothing.
-  let releaseKeys: Buffer[] = [];
-  try {
-    releaseKeys = options.release.map((text) => unescapeKeyArgument(text));
   } catch (error) {
     return usageFailed(io, 'locks', error);
   }
@@ -127,14 +151,31 @@ export async function run(argv: string[], io: Io): Promise<number> {
     io.stderr(`locks: ${reason}\n`);
     return 1;
   }
+  const progress = await startProgress(io, nodes.nodes, options.count).catch(() => undefined);
   try {
-    if (releaseKeys.length > 0) return await releaseNamed(nodes, rules, releaseKeys, options, io);
-    const { rows } = await scanNodes(nodes.nodes, rules, { count: options.count });
-    if (options.releaseAbandoned) return await releaseAbandoned(nodes, rows, options, io);
+    const release = { json: options.json, yes: options.yes, dryRun: options.dryRun };
+    if (options.release.length > 0) return await releaseNamed(nodes, rules, options.release, release, io);
+    const limits: PassLimits = { count: options.count, deadline: Date.now() + options.scanBudgetMs, onProgress: progress?.onProgress };
+    if (options.releaseAbandoned) {
+      const { code, end } = await releaseAbandoned(nodes, rules, limits, release, clearingProgress(io, progress));
+      progress?.done();
+      return incomplete(end, options, io) ?? code;
+    }
+    const pass = await scanNodes(nodes.nodes, rules, limits);
+    let rows = pass.rows;
+    if (options.recheckMs > 0 && rows.length > 0) {
+      progress?.note(`locks: ${rows.length} lock key(s) found; reading them again in ${options.recheckMs} ms, to see re-armed ones`);
+      await sleep(options.recheckMs);
+      rows = await recheckRows(nodes.nodes, rules, rows);
+    }
+    progress?.done();
     printRows(rows, options.json, io, nodes.cluster);
-    if (!options.json) io.stdout(summary(rows, nodes.cluster ? nodes.nodes.length : undefined));
-    return 0;
+    if (!options.json) {
+      io.stdout(summary(rows, { masters: nodes.cluster ? nodes.nodes.length : undefined, rechecked: options.recheckMs > 0 }));
+    }
+    return incomplete(pass, options, io) ?? 0;
   } catch (error) {
+    progress?.done();
     const fault = connectionFault(error, nodes.lastError());
     const reason =
       fault === undefined
@@ -147,6 +188,16 @@ export async function run(argv: string[], io: Io): Promise<number> {
   } finally {
     nodes.close();
   }
+}
+
+/** When the scan stopped at its time budget: says so, and gives the exit status for it. */
+function incomplete(end: PassEnd, options: LocksOptions, io: Io): number | undefined {
+  if (end.stoppedEarly !== 'time-budget') return undefined;
+  io.stderr(
+    `locks: the scan stopped after --scan-budget-ms ${options.scanBudgetMs} with ${end.keys} lock key(s) read: ` +
+      'the keyspace was not gone through, so this is not every lock (give more time, or a larger --count)\n',
+  );
+  return INCOMPLETE;
 }
 
 /** The proxy's settings that `locks` takes too, as flags and as the same variables. */
@@ -172,15 +223,19 @@ export const LOCKS_FLAGS = {
   rules: { type: 'string', multiple: true },
   stalwart: { type: 'string' },
   count: { type: 'string' },
+  'scan-budget-ms': { type: 'string' },
+  'recheck-ms': { type: 'string' },
   json: { type: 'boolean' },
   release: { type: 'string', multiple: true },
+  'release-hex': { type: 'string', multiple: true },
   'release-abandoned': { type: 'boolean' },
   yes: { type: 'boolean' },
+  'dry-run': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } satisfies FlagTable;
 
 function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'help' {
-  const { values, positionals, tokens } = parseCommandLine({
+  const { values, tokens } = parseCommandLine({
     args: argv,
     strict: true,
     allowPositionals: true,
@@ -189,23 +244,39 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
   });
   if (values.help) return 'help';
 
-  // `--release A B C` and `--release A --release B` both work: keys after the first are
-  // positionals. Kept in command-line order.
-  if (positionals.length > 0 && values.release === undefined) {
-    throw new UsageError(`unexpected argument "${positionals[0]}" (keys to delete go after --release; see --help)`);
-  }
-  const release: string[] = [];
+  // `--release A B C` and `--release A --release B` both work (likewise --release-hex): keys
+  // after the first are positionals, of the kind of the last of the two flags before them.
+  // Kept in command-line order.
+  const release: Buffer[] = [];
+  let kind: 'release' | 'release-hex' | undefined;
   for (const token of tokens) {
-    if (token.kind === 'positional') release.push(token.value);
-    else if (token.kind === 'option' && token.name === 'release' && token.value !== undefined) release.push(token.value);
+    if (token.kind === 'option' && (token.name === 'release' || token.name === 'release-hex')) {
+      kind = token.name;
+      if (token.value !== undefined) release.push(keyOption(kind, token.value));
+    } else if (token.kind === 'positional') {
+      if (kind === undefined) throw new UsageError(`unexpected argument "${token.value}" (keys to delete go after --release; see --help)`);
+      release.push(keyOption(kind, token.value));
+    }
   }
   const releaseAbandoned = values['release-abandoned'] ?? false;
-  if (release.length > 0 && releaseAbandoned) {
-    throw new UsageError('--release and --release-abandoned cannot be combined');
-  }
-  if (values.yes && !releaseAbandoned) throw new UsageError('--yes only goes with --release-abandoned');
+  const yes = values.yes ?? false;
+  const dryRun = values['dry-run'] ?? false;
+  const releasing = release.length > 0 || releaseAbandoned;
+  if (release.length > 0 && releaseAbandoned) throw new UsageError('--release and --release-abandoned cannot be combined');
+  if (yes && !releasing) throw new UsageError('--yes only goes with --release, --release-hex or --release-abandoned');
+  if (dryRun && !releasing) throw new UsageError('--dry-run only goes with --release, --release-hex or --release-abandoned');
+  if (yes && dryRun) throw new UsageError('--yes and --dry-run cannot be combined');
+  if (values['recheck-ms'] !== undefined && releasing) throw new UsageError('--recheck-ms only goes with the listing, not with deleting');
 
-  const count = positiveInteger('--count', values.count ?? String(DEFAULT_SCAN_COUNT));
+  const count = integerOption(
+    '--count',
+    values.count ?? String(DEFAULT_SCAN_COUNT),
+    1,
+    MAX_SCAN_COUNT,
+    ' (a larger SCAN call holds Redis up for every other client)',
+  );
+  const scanBudgetMs = integerOption('--scan-budget-ms', values['scan-budget-ms'] ?? String(DEFAULT_SCAN_BUDGET_MS), 1, 86_400_000);
+  const recheckMs = integerOption('--recheck-ms', values['recheck-ms'] ?? String(DEFAULT_RECHECK_MS), 0, 600_000);
   // The proxy's own upstream, TLS and rule settings, with their checks.
   const settings = readCommandSettings(PROXY_SETTINGS, values, env);
   const upstream = parseUpstreamUrl(text(settings, 'upstream') as string);
@@ -214,10 +285,13 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
     tls: upstreamTlsFrom(settings, upstream),
     rules: chooseRules(settings),
     count,
+    scanBudgetMs,
+    recheckMs,
     json: values.json ?? false,
     release,
     releaseAbandoned,
-    yes: values.yes ?? false,
+    yes,
+    dryRun,
   };
 }
 
@@ -230,12 +304,12 @@ function explained(message: string, upstream: UpstreamTarget): string {
   return notRespHint(message, upstream.display);
 }
 
-/** A key to delete, written as the table prints it. */
-function unescapeKeyArgument(text: string): Buffer {
-  if (text === '') throw new UsageError('--release: empty key');
+/** A key to delete, written as the table prints it (--release) or in hex (--release-hex). */
+function keyOption(kind: 'release' | 'release-hex', text: string): Buffer {
+  if (text === '') throw new UsageError(`--${kind}: empty key`);
   try {
-    return unescapeKey(text);
+    return kind === 'release' ? unescapeKey(text) : keyFromHex(text);
   } catch (error) {
-    throw new UsageError(`--release ${text}: ${(error as Error).message}`, { cause: error });
+    throw new UsageError(`--${kind} ${text}: ${(error as Error).message}`, { cause: error });
   }
 }

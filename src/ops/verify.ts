@@ -29,7 +29,7 @@ import { stalwartRelease } from '../rules/stalwart.js';
 import { releasesText } from '../rules/store.js';
 import { readCommandSettings, text } from '../settings.js';
 import type { RuleSet } from '../rules/types.js';
-import { nonEmpty, parseCommandLine, type FlagTable, positiveInteger, usageFailed, type Io } from './command.js';
+import { nonEmpty, parseCommandLine, type FlagTable, integerOption, usageFailed, type Io } from './command.js';
 import { checkAnswers, verifyRules, type ProxyEndpoint } from './verify-check.js';
 import { isFixedKey } from './verify-scratch.js';
 
@@ -154,7 +154,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
   const via = parseAddress(values.via, '--via address');
   if (via.port === 0) throw new UsageError(`--via ${values.via}: port 0 is not a port to connect to`);
 
-  const timeoutMs = positiveInteger('--timeout-ms', values['timeout-ms'] ?? String(DEFAULT_TIMEOUT_MS));
+  const timeoutMs = integerOption('--timeout-ms', values['timeout-ms'] ?? String(DEFAULT_TIMEOUT_MS));
   const username = values.user ?? nonEmpty(env.REDIS_LOCK_PROXY_VERIFY_USER);
   const password = values.password ?? nonEmpty(env.REDIS_LOCK_PROXY_VERIFY_PASSWORD);
   if (username !== undefined && password === undefined) {

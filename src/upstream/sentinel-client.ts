@@ -39,6 +39,11 @@ export function sentinelClientOptions(sentinel: SentinelEndpoint): RedisOptions 
     // A sentinel's INFO has no `loading` field to wait for, and ACL users
     // for sentinels are often not allowed INFO.
     enableReadyCheck: false,
+    // No CLIENT SETINFO on connect: ioredis (5.x, redis/event_handler.js) declares the connection
+    // ready once those replies are in, even when the connection closed meanwhile (a sentinel behind
+    // something that accepts and drops connections), and then queues every query forever on a
+    // connection it believes ready. A sentinel needs no library name.
+    disableClientInfo: true,
     connectTimeout: CONNECT_TIMEOUT_MS,
     // How long a disconnect waits for the socket to close before destroying it.
     disconnectTimeout: DISCONNECT_TIMEOUT_MS,
@@ -52,14 +57,10 @@ export function queryMasterAddress(client: Redis, masterName: string): Promise<u
   return client.call('SENTINEL', 'get-master-addr-by-name', masterName);
 }
 
-/** The master's configuration epoch, from `SENTINEL MASTER`; undefined when the reply has none. */
-export function queryEpoch(client: Redis, masterName: string): Promise<number | undefined> {
-  return client.call('SENTINEL', 'MASTER', masterName).then(parseEpoch);
-}
-
 /** Why a query failed, in words: ioredis reports a failed connection attempt only as "max retries per request". */
 export function failureReason(err: unknown, timeoutMs: number, client: Redis, lastError: string | undefined): string {
-  if (err instanceof TimeoutError) return `no answer within ${timeoutMs} ms`;
+  // A query waiting on a connection that is being made again: the last connection error says why.
+  if (err instanceof TimeoutError) return client.status !== 'ready' && lastError ? lastError : `no answer within ${timeoutMs} ms`;
   const message = err instanceof Error ? err.message : String(err);
   if (client.status !== 'ready' && lastError && /max retries|Connection is closed/i.test(message)) return lastError;
   return message;
@@ -93,18 +94,6 @@ export function parseAddress(reply: unknown): Address | undefined {
   const port = Number(portText);
   if (port < 1 || port > 65535) return undefined;
   return { host, port };
-}
-
-/** `config-epoch` from a `SENTINEL MASTER <name>` reply (a flat field/value list). */
-function parseEpoch(reply: unknown): number | undefined {
-  if (!Array.isArray(reply)) return undefined;
-  for (let i = 0; i + 1 < reply.length; i += 2) {
-    if (reply[i] === 'config-epoch') {
-      const epoch = Number(reply[i + 1]);
-      return Number.isSafeInteger(epoch) ? epoch : undefined;
-    }
-  }
-  return undefined;
 }
 
 /**

@@ -2,31 +2,31 @@
  * Upstream discovery through Redis Sentinel: which Redis is the master of a
  * named group right now, and when that changes.
  *
- * The monitor keeps two connections to every configured sentinel: one for
- * `SENTINEL get-master-addr-by-name` queries and one subscribed to
- * `+switch-master`, which sentinels publish the moment they switch (or learn
- * of a switch). Polling every `pollMs` covers what events cannot: events
- * published while a subscription was down, restarted sentinels, lost
- * messages.
+ * A master address is believed only when a majority of the configured
+ * sentinels name it (sentinel-vote.ts), at start-up and at every poll. The
+ * monitor keeps two connections to every sentinel: one for `SENTINEL
+ * get-master-addr-by-name` queries and one subscribed to `+switch-master`.
+ * An event is not believed on its sender's word: it makes the monitor ask
+ * every sentinel at once, and again every FOLLOW_POLL_MS for FOLLOW_WINDOW_MS,
+ * so that the proxy switches as soon as a majority has learnt of a failover
+ * (the other sentinels hear of it from the leader within about two seconds,
+ * through their hello messages). Polling every `pollMs` covers what events
+ * cannot: events lost, subscriptions down, restarted sentinels.
  *
- * At startup the sentinels are asked in the order given and the first valid
- * answer wins, the way client libraries do it. Afterwards a poll asks all of
- * them and prefers the answer with the highest configuration epoch (ties go
- * to the earlier sentinel), so a sentinel that has not heard of a failover
- * yet cannot switch the proxy back to the old master: an answer that
- * disagrees with the current master and comes with a lower epoch than the
- * one already seen is ignored, unless every poll says so for
- * STALE_ROUNDS_BEFORE_ACCEPT rounds in a row (sentinels whose state was
- * wiped restart at epoch 0). A `+switch-master` event is always followed.
+ * When fewer than a majority name one master (sentinels down, partitioned, or
+ * disagreeing), the master in use stays: the monitor says so once in the log,
+ * and `agreement()` says so for /readyz and the metrics, until a majority
+ * names a master again.
  *
  * Sentinel trouble never throws out of the monitor and never emits 'error':
  * it is logged (once per state change of each sentinel) and the last known
  * master stays in use.
  *
  * The queries, their replies and the connections' settings are in
- * sentinel-client.ts; this file decides what the answers mean.
+ * sentinel-client.ts; this file decides when to ask and what to follow.
  */
 import { EventEmitter } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { formatAddress, type Address } from '../address.js';
 import { TimeoutError } from '../errors.js';
@@ -36,11 +36,11 @@ import {
   failureReason,
   parseAddress,
   parseSwitchMessage,
-  queryEpoch,
   queryMasterAddress,
   sentinelClientOptions,
   withTimeout,
 } from './sentinel-client.js';
+import { describeAnswers, majorityOf, tally, type Answer, type Tally } from './sentinel-vote.js';
 
 export interface SentinelOptions {
   sentinels: Array<{ host: string; port: number }>;
@@ -58,15 +58,22 @@ export interface SentinelMonitorEvents {
   switch: [from: Address, to: Address];
 }
 
-/** How long start() waits for an answer from the sentinels. */
+/** Whether a majority of the sentinels named the master in use at the last poll; `detail` says what they said when not. */
+export interface Agreement {
+  readonly majority: boolean;
+  readonly detail: string;
+}
+
+/** How long start() keeps asking the sentinels for a master a majority names. */
 const START_TIMEOUT_MS = 5_000;
+/** Between two rounds of questions at start-up. */
+const START_RETRY_MS = 250;
 /** How long one poll waits for a sentinel's answer. */
 const POLL_QUERY_TIMEOUT_MS = 2_000;
-/** How long the epoch lookup after a +switch-master event may take. */
-const EVENT_EPOCH_TIMEOUT_MS = 1_000;
 const DEFAULT_POLL_MS = 5_000;
-/** Polls in a row that must report an older-epoch master before it is believed anyway. */
-const STALE_ROUNDS_BEFORE_ACCEPT = 3;
+/** After a +switch-master event: poll this often (and never more often), for this long. */
+const FOLLOW_POLL_MS = 250;
+const FOLLOW_WINDOW_MS = 10_000;
 const SWITCH_CHANNEL = '+switch-master';
 
 type LinkState = 'unknown' | 'up' | 'down' | 'no-master';
@@ -82,27 +89,33 @@ interface Link {
   lastError?: string;
 }
 
-type Answer = { kind: 'master'; address: Address; epoch?: number } | { kind: 'no-master' } | { kind: 'failed'; reason: string };
+/** One round of questions: every sentinel's answer (undefined: not in yet), and their tally. */
+interface Round {
+  readonly answers: ReadonlyArray<Answer | undefined>;
+  readonly tally: Tally;
+}
 
 export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   private readonly links: Link[];
   private readonly masterName: string;
   private readonly pollMs: number;
   private readonly log: Logger;
+  private readonly majority: number;
   private current!: Address;
-  /** Highest configuration epoch known for the current master, if sentinels told. */
-  private knownEpoch: number | undefined;
-  /** Bumped on every change of `current`, so slow polls cannot apply stale answers. */
-  private generation = 0;
-  private staleRounds = 0;
+  /** What the sentinels said at the last poll that found no majority; undefined while a majority agrees. */
+  private disagreement: string | undefined;
   private started = false;
   private closed = false;
   private closing: Promise<void> | undefined;
   /** Aborted by close(): settles every query still waiting. */
   private readonly aborter = new AbortController();
   private pollTimer: NodeJS.Timeout | undefined;
-  /** A +switch-master event came in during startup: poll right after it. */
+  private polling = false;
+  /** An event came while a poll was out (or during start-up): poll again as soon as allowed. */
   private pollAgain = false;
+  private lastPollAt = 0;
+  /** Until when events keep the polls fast (Date.now()). */
+  private followUntil = 0;
 
   private constructor(opts: SentinelOptions) {
     super();
@@ -110,12 +123,13 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     this.pollMs = opts.pollMs ?? DEFAULT_POLL_MS;
     this.log = opts.log;
     this.links = opts.sentinels.map((s) => this.createLink(s.host, s.port, opts));
+    this.majority = majorityOf(this.links.length);
   }
 
   /**
-   * Connects to the sentinels and resolves once one of them names the master.
-   * Rejects, naming the sentinels and the master name, if none answers within
-   * about five seconds or none knows the master.
+   * Connects to the sentinels and resolves once a majority of them name the
+   * same master. Rejects, naming the sentinels, the master name and what each
+   * said, if that does not happen within about five seconds.
    */
   static async start(opts: SentinelOptions): Promise<SentinelMonitor> {
     if (opts.sentinels.length === 0) throw new Error('sentinel: no sentinel addresses given');
@@ -147,6 +161,18 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     return `sentinel ${this.masterName} via ${this.sentinelList()} (master ${formatAddress(this.current.host, this.current.port)})`;
   }
 
+  /** Whether a majority of the sentinels named the master in use at the last poll. */
+  agreement(): Agreement {
+    const master = formatAddress(this.current.host, this.current.port);
+    if (this.disagreement === undefined) {
+      return { majority: true, detail: `a majority of the sentinels (${this.majority} of ${this.links.length}) names master ${master}` };
+    }
+    return {
+      majority: false,
+      detail: `no majority of the sentinels (${this.majority} of ${this.links.length}) names one master; keeping master ${master} (${this.disagreement})`,
+    };
+  }
+
   /** Disconnects from every sentinel and stops polling; safe to call twice. */
   close(): Promise<void> {
     if (this.closing) return this.closing;
@@ -167,42 +193,38 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
       link.cmd.connect().catch(() => {}); // failures arrive as 'error' events and in query results
       link.sub.connect().catch(() => {});
     }
-    // All sentinels are asked at once; the answers are taken in order.
-    const pending = this.links.map((link) => this.ask(link, START_TIMEOUT_MS));
-    const failures: string[] = [];
-    let anyAnswered = false;
-    for (let i = 0; i < this.links.length; i++) {
-      const link = this.links[i];
-      const answer = await pending[i];
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    for (;;) {
+      const round = await this.askAll(Math.max(1, deadline - Date.now()));
       if (this.closed) throw new Error(`sentinel ${this.masterName}: closed during startup`);
-      if (answer.kind === 'master') {
-        this.current = freeze(answer.address);
-        this.knownEpoch = answer.epoch;
+      const { winner, votes, noMaster, answered } = round.tally;
+      if (winner !== undefined) {
+        this.current = freeze(winner);
         this.started = true;
         this.log.info(
           {
             sentinelMaster: this.masterName,
-            sentinel: link.address,
-            master: formatAddress(answer.address.host, answer.address.port),
-            epoch: answer.epoch,
+            master: formatAddress(winner.host, winner.port),
+            sentinels: `${votes} of ${this.links.length} name it`,
           },
           'sentinel: master found',
         );
-        // The remaining answers only matter for reachability logging.
         this.schedulePoll(this.pollAgain ? 0 : this.pollMs);
         return;
       }
-      if (answer.kind === 'no-master') {
-        anyAnswered = true;
-        failures.push(`${link.address}: no master named "${this.masterName}"`);
-      } else {
-        failures.push(`${link.address}: ${answer.reason}`);
+      const said = describeAnswers(this.sentinelNames(), round.answers);
+      if (noMaster >= this.majority || (noMaster > 0 && noMaster === answered && Date.now() >= deadline)) {
+        throw new Error(`sentinel: none of the sentinels ${this.sentinelList()} knows a master named "${this.masterName}" (${said})`);
       }
+      if (Date.now() >= deadline) {
+        const what =
+          answered === 0
+            ? `none of the sentinels ${this.sentinelList()} answered within ${START_TIMEOUT_MS} ms when asked for master "${this.masterName}"`
+            : `no majority of the sentinels ${this.sentinelList()} (${this.majority} of ${this.links.length}) named one master "${this.masterName}" within ${START_TIMEOUT_MS} ms`;
+        throw new Error(`sentinel: ${what} (${said})`);
+      }
+      await sleep(Math.min(START_RETRY_MS, Math.max(0, deadline - Date.now())), undefined, { signal: this.aborter.signal }).catch(() => {});
     }
-    const what = anyAnswered
-      ? `none of the sentinels ${this.sentinelList()} knows a master named "${this.masterName}"`
-      : `none of the sentinels ${this.sentinelList()} answered within ${START_TIMEOUT_MS} ms when asked for master "${this.masterName}"`;
-    throw new Error(`sentinel: ${what} (${failures.join('; ')})`);
   }
 
   // -------------------------------------------------------------------------
@@ -255,14 +277,30 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
     else if (state === 'up' && previous !== 'unknown') this.log.info(fields, 'sentinel reachable again');
   }
 
+  /**
+   * Asks every sentinel at once; resolves as soon as a majority names one master, or once every
+   * sentinel has answered or failed (each within `timeoutMs`).
+   */
+  private askAll(timeoutMs: number): Promise<Round> {
+    const answers: Array<Answer | undefined> = this.links.map(() => undefined);
+    return new Promise((resolve) => {
+      let pending = this.links.length;
+      this.links.forEach((link, i) => {
+        void this.ask(link, timeoutMs).then((answer) => {
+          answers[i] = answer;
+          pending--;
+          const counted = tally(answers, this.links.length);
+          if (counted.winner !== undefined || pending === 0) resolve({ answers: [...answers], tally: counted });
+        });
+      });
+    });
+  }
+
   /** One sentinel's view of the master. Never rejects. */
   private async ask(link: Link, timeoutMs: number): Promise<Answer> {
-    const addressReply = queryMasterAddress(link.cmd, this.masterName);
-    // Pipelined with the address query; only used to order answers, so its failure is harmless.
-    const epochReply = queryEpoch(link.cmd, this.masterName).catch(() => undefined);
     let reply: unknown;
     try {
-      reply = await withTimeout(addressReply, timeoutMs, this.aborter.signal);
+      reply = await withTimeout(queryMasterAddress(link.cmd, this.masterName), timeoutMs, this.aborter.signal);
     } catch (err) {
       const reason = failureReason(err, timeoutMs, link.cmd, link.lastError);
       this.setState(link, 'down', reason);
@@ -285,61 +323,40 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
       return { kind: 'failed', reason };
     }
     this.setState(link, 'up');
-    const epoch = await withTimeout(epochReply, timeoutMs, this.aborter.signal).catch(() => undefined);
-    return { kind: 'master', address, epoch };
+    return { kind: 'master', address };
   }
 
   // -------------------------------------------------------------------------
   // Changes
   // -------------------------------------------------------------------------
 
+  /**
+   * A sentinel says the master switched. Any sentinel can say anything, so this only makes the
+   * monitor ask them all, now and for a while (the others learn of a real failover within
+   * seconds); what a majority then names is followed.
+   */
   private onSwitchMessage(link: Link, message: string): void {
     if (this.closed) return;
     const parsed = parseSwitchMessage(message);
     if (parsed === undefined || parsed.name !== this.masterName) return;
-    const to = parsed.to;
-    if (!to) {
-      this.log.warn({ sentinel: link.address, message }, 'sentinel: malformed +switch-master message');
-      return;
-    }
-    if (!this.started) {
-      // Startup is still deciding; a poll right after it settles the matter.
+    this.log.debug({ sentinel: link.address, message }, 'sentinel: +switch-master; asking every sentinel');
+    this.followUntil = Date.now() + FOLLOW_WINDOW_MS;
+    if (!this.started || this.polling) {
       this.pollAgain = true;
       return;
     }
-    this.applyEvent(link, to).catch((err: Error) => {
-      // Only a throwing 'switch' listener gets here; it must not become an unhandled rejection.
-      this.log.warn({ sentinelMaster: this.masterName, err: err.message }, 'sentinel: handling +switch-master failed');
-    });
+    this.schedulePoll(Math.max(0, this.lastPollAt + FOLLOW_POLL_MS - Date.now()));
   }
 
-  private async applyEvent(link: Link, to: Address): Promise<void> {
-    // The sentinel's epoch is already the new one when it publishes the
-    // event; knowing it lets later polls recognise lagging sentinels.
-    const epoch = await withTimeout(queryEpoch(link.cmd, this.masterName), EVENT_EPOCH_TIMEOUT_MS, this.aborter.signal).catch(
-      () => undefined,
-    );
-    if (this.closed) return;
-    if (sameAddress(to, this.current)) {
-      if (epoch !== undefined && (this.knownEpoch === undefined || epoch > this.knownEpoch)) this.knownEpoch = epoch;
-      return;
-    }
-    this.knownEpoch = epoch;
-    this.switchTo(to, `+switch-master from ${link.address}`);
-  }
-
-  private switchTo(to: Address, cause: string): void {
+  private switchTo(to: Address, votes: number): void {
     const from = this.current;
     this.current = freeze(to);
-    this.generation++;
-    this.staleRounds = 0;
     this.log.info(
       {
         sentinelMaster: this.masterName,
         from: formatAddress(from.host, from.port),
         to: formatAddress(to.host, to.port),
-        cause,
-        epoch: this.knownEpoch,
+        cause: `a majority of the sentinels names it (${votes} of ${this.links.length})`,
       },
       'sentinel: master switched',
     );
@@ -361,62 +378,64 @@ export class SentinelMonitor extends EventEmitter<SentinelMonitorEvents> {
   }
 
   private async poll(): Promise<void> {
-    if (this.closed) return;
+    if (this.closed || this.polling) return;
+    this.polling = true;
+    this.lastPollAt = Date.now();
     try {
       await this.pollOnce();
     } catch (err) {
       // Nothing above is meant to throw; never let a poll take the process down.
       this.log.warn({ sentinelMaster: this.masterName, err: (err as Error).message }, 'sentinel: poll failed');
     } finally {
-      this.schedulePoll(this.pollMs);
+      this.polling = false;
+      const following = this.pollAgain || Date.now() < this.followUntil;
+      this.pollAgain = false;
+      this.schedulePoll(following ? Math.max(0, this.lastPollAt + FOLLOW_POLL_MS - Date.now()) : this.pollMs);
     }
   }
 
   private async pollOnce(): Promise<void> {
-    const generation = this.generation;
     const timeoutMs = Math.min(POLL_QUERY_TIMEOUT_MS, Math.max(this.pollMs, 500));
-    const answers = await Promise.all(this.links.map((link) => this.ask(link, timeoutMs)));
-    // A switch while the poll was out makes its answers old news.
-    if (this.closed || generation !== this.generation) return;
-
-    let best: { address: Address; epoch?: number; sentinel: string } | undefined;
-    answers.forEach((answer, i) => {
-      if (answer.kind !== 'master') return;
-      if (!best || (answer.epoch ?? -1) > (best.epoch ?? -1)) best = { ...answer, sentinel: this.links[i].address };
-    });
-    if (!best) return; // nobody knows better; keep the last known master
-
-    if (sameAddress(best.address, this.current)) {
-      this.staleRounds = 0;
-      if (best.epoch !== undefined && (this.knownEpoch === undefined || best.epoch > this.knownEpoch)) this.knownEpoch = best.epoch;
+    const round = await this.askAll(timeoutMs);
+    if (this.closed) return;
+    const { winner, votes } = round.tally;
+    if (winner === undefined) {
+      this.noMajority(round);
       return;
     }
-    const stale = best.epoch !== undefined && this.knownEpoch !== undefined && best.epoch < this.knownEpoch;
-    if (stale && ++this.staleRounds < STALE_ROUNDS_BEFORE_ACCEPT) {
-      this.log.debug(
-        {
-          sentinelMaster: this.masterName,
-          sentinel: best.sentinel,
-          reported: formatAddress(best.address.host, best.address.port),
-          epoch: best.epoch,
-          knownEpoch: this.knownEpoch,
-        },
-        'sentinel: ignoring a master from an older configuration epoch',
-      );
-      return;
-    }
-    if (stale) {
-      this.log.warn(
-        { sentinelMaster: this.masterName, epoch: best.epoch, knownEpoch: this.knownEpoch },
-        'sentinel: all sentinels report an older configuration epoch than seen before; following them',
+    if (this.disagreement !== undefined) {
+      this.disagreement = undefined;
+      this.log.info(
+        { sentinelMaster: this.masterName, master: formatAddress(winner.host, winner.port), sentinels: `${votes} of ${this.links.length}` },
+        'sentinel: a majority of the sentinels names the master again',
       );
     }
-    this.knownEpoch = best.epoch;
-    this.switchTo(best.address, `poll of ${best.sentinel}`);
+    if (!sameAddress(winner, this.current)) this.switchTo(winner, votes);
+  }
+
+  /** Fewer than a majority name one master: the master in use stays; said once in the log until a majority agrees again. */
+  private noMajority(round: Round): void {
+    const said = describeAnswers(this.sentinelNames(), round.answers);
+    const first = this.disagreement === undefined;
+    this.disagreement = said;
+    if (!first) return;
+    this.log.warn(
+      {
+        sentinelMaster: this.masterName,
+        master: formatAddress(this.current.host, this.current.port),
+        majority: `${this.majority} of ${this.links.length}`,
+        sentinels: said,
+      },
+      'sentinel: no majority of the sentinels names one master; keeping the current master',
+    );
+  }
+
+  private sentinelNames(): string[] {
+    return this.links.map((link) => link.address);
   }
 
   private sentinelList(): string {
-    return this.links.map((link) => link.address).join(',');
+    return this.sentinelNames().join(',');
   }
 }
 

@@ -10,6 +10,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { METRICS_MAX_AGE_MS } from '../../src/admin/server.js';
 import type { Readable } from 'node:stream';
 import { Cli, CLI, cleanEnv, ensureBuilt, ROOT, runCli } from '../support/cli.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
@@ -207,7 +208,9 @@ describe('configuration reload on SIGHUP: the rollout steps as the README writes
     return of()[seen];
   }
   const count = (cli: Cli, msg: string) => cli.logLines().filter((l) => l.msg === msg).length;
+  /** A series as scraped once everything so far is in: /metrics is rendered at most once per METRICS_MAX_AGE_MS. */
   const metric = async (adminPort: number, series: string) => {
+    await new Promise((resolve) => setTimeout(resolve, METRICS_MAX_AGE_MS + 50));
     const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
     const line = text.split('\n').find((l) => l.startsWith(`${series} `));
     return line === undefined ? 0 : Number(line.slice(series.length + 1));

@@ -23,7 +23,7 @@ import { freePort, freePortRange, isPortFree } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 import { runOp } from '../support/ops.js';
-import { describeKey } from '../../src/key-text.js';
+import { describeKey, keyArgument } from '../../src/key-text.js';
 import { run as locks } from '../../src/ops/locks.js';
 
 let cluster: TestCluster;
@@ -310,13 +310,17 @@ describe('cluster mode: lock blocks', () => {
 });
 
 describe('cluster mode: lock keys on every master', () => {
-  /** One lock key on each master, taken through the proxy; the second master's looks abandoned. */
+  /**
+   * One lock key on each master, taken through the proxy: the first one contended (a normal lock),
+   * the second one abandoned (it lost its expiry).
+   */
   async function lockOnEveryMaster(base: number): Promise<Array<{ master: ClusterNode; key: Buffer }>> {
     const placed = [];
     for (const [i, master] of (await cluster.masters()).entries()) {
       const key = await keyOn(cluster, master, (n) => taskLockKey(BigInt(base + 100 * i + n)));
       expect(await exchange(proxyPortOf(master.port), lockAttempt(key, 600), 4)).toBe(attemptReplies(1, 1));
-      if (i === 1) expect(await exchange(proxyPortOf(master.port), lockAttempt(key, 600), 4)).toBe(attemptReplies(2, 0));
+      if (i === 0) expect(await exchange(proxyPortOf(master.port), lockAttempt(key, 600), 4)).toBe(attemptReplies(2, 0));
+      if (i === 1) expect(await cluster.command(master, 'PERSIST', key)).toBe(1);
       placed.push({ master, key });
     }
     return placed;
@@ -327,7 +331,7 @@ describe('cluster mode: lock keys on every master', () => {
   it('locks, given one node, reads every master, and deletes each key on the master that holds it', async () => {
     const placed = await lockOnEveryMaster(20_000);
     const seed = ['--upstream', `redis://127.0.0.1:${cluster.nodes[0].port}`, '--stalwart', '0.16.5'];
-    const listed = await runLocks([...seed, '--json']);
+    const listed = await runLocks([...seed, '--json', '--recheck-ms', '50']);
     expect(listed.stderr).toBe('');
     const rows = listed.stdout
       .trim()
@@ -336,20 +340,24 @@ describe('cluster mode: lock keys on every master', () => {
     for (const { master, key } of placed) {
       expect(rows.find((row) => row.key_hex === key.toString('hex'))).toMatchObject({ node: `127.0.0.1:${master.port}` });
     }
-    const table = await runLocks(seed);
+    const table = await runLocks([...seed, '--recheck-ms', '50']);
     expect(table.stdout.split('\n')[0]).toMatch(/^NODE\s+KEY\s+RULE/);
-    expect(table.stdout).toMatch(/\d+ lock key\(s\) on 3 master\(s\), \d+ flagged\n$/);
+    expect(table.stdout).toMatch(
+      /\d+ lock key\(s\) on 3 master\(s\): 1 abandoned \(no expiry\), 0 re-armed \(traffic bypasses the proxy\)\n$/,
+    );
 
+    const abandoned = placed[1];
     const preview = await runLocks([...seed, '--release-abandoned']);
     expect(preview.code).toBe(1);
-    expect(preview.stdout.split('\n')[1]).toMatch(/^NODE\s+KEY\s+RULE/);
+    expect(preview.stdout).toBe(
+      `would delete ${keyArgument(abandoned.key)}: stalwart-task-lock, task ${abandoned.key.readBigUInt64BE(1)}, counter 1, ttl none, abandoned: no expiry, never expires\n`,
+    );
     const released = await runLocks([...seed, '--release-abandoned', '--yes']);
     expect(released.code).toBe(0);
-    const abandoned = placed[1];
-    expect(released.stdout).toContain(`deleted ${describeKey(abandoned.key)}`);
+    expect(released.stdout).toContain(`deleted ${keyArgument(abandoned.key)}`);
     expect(await cluster.command(abandoned.master, 'EXISTS', abandoned.key)).toBe(0);
     const named = placed[2];
-    expect((await runLocks([...seed, '--release', describeKey(named.key)])).code).toBe(0);
+    expect((await runLocks([...seed, '--release', describeKey(named.key), '--yes'])).code).toBe(0);
     expect(await cluster.command(named.master, 'EXISTS', named.key)).toBe(0);
     expect(await cluster.command(placed[0].master, 'EXISTS', placed[0].key)).toBe(1);
     await cluster.command(placed[0].master, 'DEL', placed[0].key);

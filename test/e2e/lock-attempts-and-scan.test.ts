@@ -6,8 +6,9 @@
  * - the periodic report says whether old-shape attempts came in its period;
  * - `verify`'s own blocks (the Kubernetes example's readiness probe) count apart, so that the
  *   "safe to remove" signal reads the application's attempts only;
- * - the abandoned-lock scan exports, per rule, the lock keys, the abandoned-looking ones and
- *   those without an expiry, with its work bounded per run.
+ * - the lock scan exports, per rule, the lock keys, the abandoned ones (no expiry) and the
+ *   re-armed ones, with its work bounded per run (more in locks-scan-bounds.test.ts and
+ *   locks-evidence.test.ts).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -111,8 +112,12 @@ describe("verify's own checks", () => {
 
       // The application's own attempt still counts.
       expect(await exchange(proxy.port, lockAttempt(taskLockKey(8n), 60), 4)).toBe(attemptReplies(1, 1));
-      const app = await proxy.metrics();
-      expect(sample(app, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}')).toBe(1);
+      // /metrics is rendered at most once a second.
+      await expect
+        .poll(async () =>
+          sample(await proxy.metrics(), 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}'),
+        )
+        .toBe(1);
       await expect.poll(() => reports().some((l) => /^old-shape lock attempts/.test(String(l.msg))), { timeout: 5000 }).toBe(true);
     } finally {
       await proxy.close();
@@ -120,8 +125,8 @@ describe("verify's own checks", () => {
   });
 });
 
-describe('the abandoned-lock scan', () => {
-  it('exports per rule the lock keys, the abandoned-looking ones and those without expiry', async () => {
+describe('the lock scan', () => {
+  it('exports per rule the lock keys, the abandoned ones (no expiry) and the re-armed ones; a contended lock is neither', async () => {
     const proxy = await startTestProxy({ upstream: env.redis.url, admin: true, flags: ['--lock-scan-interval-ms', '200'] });
     try {
       const client = await RawClient.connect(proxy.port);
@@ -148,7 +153,8 @@ describe('the abandoned-lock scan', () => {
         .toBe(true);
       const text = await proxy.metrics();
       expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-task-lock"}')).toBe(2);
-      expect(sample(text, 'redis_lock_proxy_lock_keys_abandoned{rule="stalwart-task-lock"}')).toBe(1);
+      expect(sample(text, 'redis_lock_proxy_lock_keys_without_expiry{rule="stalwart-task-lock"}')).toBe(0);
+      expect(sample(text, 'redis_lock_proxy_lock_keys_rearmed{rule="stalwart-task-lock"}')).toBe(0);
       expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-queue-lock"}')).toBe(1);
       expect(sample(text, 'redis_lock_proxy_lock_keys_without_expiry{rule="stalwart-queue-lock"}')).toBe(1);
       expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-purge-account"}')).toBe(0); // every rule, at zero
@@ -179,11 +185,13 @@ describe('the abandoned-lock scan', () => {
           timeout: 5000,
         })
         .toBe(true);
-      expect(proxy.app.lockScan?.latest.truncated).toBe(false);
+      expect(proxy.app.lockScan?.latest.stoppedEarly).toBeUndefined();
       expect(proxy.app.lockScan?.latest.byRule.get('stalwart-task-lock')?.keys).toBe(3);
 
       for (let id = 4n; id <= 10n; id++) await env.admin.call('SET', taskLockKey(id), '1', 'EX', '60');
-      await expect.poll(() => proxy.app.lockScan?.latest.truncated === true, { message: 'a truncated scan', timeout: 5000 }).toBe(true);
+      await expect
+        .poll(() => proxy.app.lockScan?.latest.stoppedEarly === 'max-keys', { message: 'a truncated scan', timeout: 5000 })
+        .toBe(true);
       const text = await proxy.metrics();
       expect(sample(text, 'redis_lock_proxy_lock_keys{rule="stalwart-task-lock"}')).toBe(3);
       expect(sample(text, 'redis_lock_proxy_lock_scan_truncated')).toBe(1);

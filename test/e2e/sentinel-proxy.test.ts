@@ -42,7 +42,7 @@ it('the lock scan reads the master in the database the URL names', async () => {
     expect(await query(s.master.port, ['EXISTS', key])).toBe(0); // not in database 0
     const scans = proxy.app.lockScan?.latest.scans ?? 0;
     await expect.poll(() => proxy.app.lockScan?.latest.scans ?? 0, { timeout: 10_000 }).toBeGreaterThan(scans + 1);
-    expect(proxy.app.lockScan?.latest.byRule.get('stalwart-task-lock')).toEqual({ keys: 1, abandoned: 1, noExpiry: 0 });
+    expect(proxy.app.lockScan?.latest.byRule.get('stalwart-task-lock')).toEqual({ keys: 1, abandoned: 0, rearmed: 0 });
   } finally {
     await proxy.close();
   }

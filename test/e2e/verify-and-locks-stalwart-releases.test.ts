@@ -114,11 +114,13 @@ describe('locks, every release line', () => {
 
   const take = (key: Buffer, seconds: number): Promise<number> => attemptCounter(env.proxy.port, key, seconds);
 
-  it('finds and decodes the lock keys of every line, and flags the abandoned ones', async () => {
+  it('finds and decodes the lock keys of every line, and flags the abandoned one, not the contended one', async () => {
     for (const kind of EXAMPLES) expect(await take(kind.example.key, kind.expiry)).toBe(1);
     const tried = EXAMPLES.find((kind) => kind.rule === 'stalwart-migration-core-lock');
-    expect(await take(tried!.example.key, tried!.expiry)).toBe(2); // a waiter tried while it was held
-    const result = await runOp(locks, ['--upstream', env.redis.url, '--json']);
+    expect(await take(tried!.example.key, tried!.expiry)).toBe(2); // a waiter tried while it was held: normal
+    const lost = EXAMPLES.find((kind) => kind.rule === 'stalwart-purge-account');
+    expect(await env.admin.call('PERSIST', lost!.example.key)).toBe(':1\r\n'); // it lost its expiry: abandoned
+    const result = await runOp(locks, ['--upstream', env.redis.url, '--json', '--recheck-ms', '50']);
     expect(result.code).toBe(0);
     const rows = result.stdout
       .trim()
@@ -128,13 +130,13 @@ describe('locks, every release line', () => {
     for (const kind of EXAMPLES) {
       const row = rows.find((r) => r.key === escapeKey(kind.example.key));
       expect(row, kind.purpose).toMatchObject({ rule: kind.rule, what: kind.example.what });
-      expect(row?.flags).toEqual(kind === tried ? ['likely abandoned (counter 2: other nodes tried to take it)'] : []);
+      expect(row?.flags).toEqual(kind === lost ? ['abandoned: no expiry, never expires'] : []);
     }
   });
 
   it('--stalwart narrows it to one release’s lock kinds', async () => {
     for (const kind of EXAMPLES) expect(await take(kind.example.key, kind.expiry)).toBe(1);
-    const result = await runOp(locks, ['--upstream', env.redis.url, '--json', '--stalwart', '0.16.9']);
+    const result = await runOp(locks, ['--upstream', env.redis.url, '--json', '--stalwart', '0.16.9', '--recheck-ms', '0']);
     expect(result.code).toBe(0);
     const whats = result.stdout
       .trim()
