@@ -56,6 +56,15 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private clientFull = false;
   /** Replies wait behind a redirect line (with --cluster): reading from Redis pauses. */
   private repliesHeld = false;
+  /**
+   * The lingering close's deadline for the client (endClient), and when it falls. Every timer a
+   * session starts is cleared when its connection closes: a timer's closure would keep the whole
+   * session (both sockets, the scanners, their buffers) alive until it fires.
+   */
+  private cutOff: NodeJS.Timeout | undefined;
+  private cutOffAt = Number.POSITIVE_INFINITY;
+  /** How long the client's bytes wait for Redis's close after QUIT (awaitClose). */
+  private closeWait: NodeJS.Timeout | undefined;
   /** Writes made while one chunk is processed leave together. */
   private readonly toUpstream: DeferredWrites;
   private readonly toClient: WriteBatch;
@@ -94,7 +103,10 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     client.on('error', (err) => {
       if (ctx.log.isLevelEnabled('debug')) this.log.debug({ err: err.message }, 'client socket error');
     });
-    client.on('close', () => this.onClose());
+    client.on('close', () => {
+      clearTimeout(this.cutOff); // the lingering close is over
+      this.onClose();
+    });
     client.on('drain', () => {
       this.clientFull = false;
       this.updateFlow();
@@ -208,8 +220,18 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     if (this.client.writableEnded) return;
     this.toClient.flush();
     if (last !== undefined) this.client.write(last);
-    this.client.end(() => setTimeout(() => this.client.destroy(), LINGER_AFTER_END_MS).unref());
-    setTimeout(() => this.client.destroy(), CLOSE_LINGER_MS).unref();
+    this.client.end(() => this.cutOffWithin(LINGER_AFTER_END_MS));
+    this.cutOffWithin(CLOSE_LINGER_MS);
+  }
+
+  /** The client is cut off within `ms` from now, unless it closes first (or an earlier deadline stands). */
+  private cutOffWithin(ms: number): void {
+    const at = performance.now() + ms;
+    if (at >= this.cutOffAt || this.client.destroyed) return;
+    clearTimeout(this.cutOff);
+    this.cutOffAt = at;
+    this.cutOff = setTimeout(() => this.client.destroy(), ms);
+    this.cutOff.unref();
   }
 
   /** No bytes either way for --idle-timeout-ms: close, unless a reply is pending or the connection is subscribed. */
@@ -264,6 +286,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.closed = true;
     this.requests.stop();
     this.replies.stop();
+    clearTimeout(this.closeWait);
     this.ctx.stats.connectionsOpen--;
     // A side being ended still has its last bytes on the way: it closes itself once they are out.
     if (!this.client.writableEnded) this.client.destroy();
@@ -315,10 +338,11 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   awaitClose(): void {
     this.awaiting = 'close';
     this.updateFlow();
-    setTimeout(() => {
+    this.closeWait = setTimeout(() => {
       // Redis did not close (a server that reads on): forward what waited, in order.
       if (this.awaiting === 'close' && !this.closing) this.resumeClient();
-    }, CLOSE_WAIT_MS).unref();
+    }, CLOSE_WAIT_MS);
+    this.closeWait.unref();
   }
 
   holdClient(): void {
@@ -328,6 +352,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** The proxy's own command is answered: forward what the client sent meanwhile. */
   resumeClient(): void {
+    clearTimeout(this.closeWait);
     this.awaiting = null;
     while (this.awaiting === null && this.stalled.length > 0) {
       const chunk = this.stalled.shift() as Buffer;
