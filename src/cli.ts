@@ -9,6 +9,8 @@
  * Signals: SIGTERM/SIGINT shut down gracefully (a second one exits at once),
  * SIGHUP reloads the configuration and the rules.
  */
+// First: how the heap grows is set before anything else is loaded (heap-growth.ts).
+import './heap-growth.js';
 import { packageVersion, startApp, type App } from './app.js';
 import { rereadConfig, resolveConfig, type Config } from './config.js';
 import { ConfigError } from './errors.js';
