@@ -21,20 +21,24 @@
  * Anything else kept past a read (a reply of the proxy's own that spans reads, bytes waiting
  * behind a cluster redirect) is copied by whoever keeps it.
  *
- * Size: a connection starts with a small buffer (most connections exchange small replies, and
- * 5,000 idle ones must not each pin 64 KiB), and moves to libuv's usual 64 KiB read size once a
- * read fills it: that connection carries large replies, and big reads mean fewer system calls.
+ * Size follows the work: a connection starts with a small buffer (most exchange small replies,
+ * and 5,000 idle ones must not each pin kilobytes), takes the next size up whenever a read fills
+ * its buffer (it carries larger replies: bigger reads, fewer system calls), up to libuv's usual
+ * 64 KiB, and the next size down after a run of reads that each used little of it (a pooled
+ * connection that once carried a large value does not keep 64 KiB while it idles).
  */
 
-/** The first buffer of a connection: a few small replies at once. */
-const FIRST_READ_BYTES = 2 * 1024;
-/** What one read may bring once a connection carries large replies: libuv's usual read size. */
-const LARGE_READ_BYTES = 64 * 1024;
+/** The buffer sizes a connection moves between. */
+const SIZES = [256, 4 * 1024, 64 * 1024] as const;
+/** Reads in a row that used at most 1/16 of the buffer before it gets smaller. */
+const SMALL_READS_TO_SHRINK = 16;
 
 export class ReadBuffer {
-  private memory = Buffer.allocUnsafe(FIRST_READ_BYTES);
+  private step = 0;
+  private memory = Buffer.allocUnsafe(SIZES[0]);
+  private smallReads = 0;
 
-  /** Where this connection's next read lands (net.connect's `onread.buffer`). */
+  /** Where this connection's next read lands (net.Socket's `onread.buffer`). */
   readonly next = (): Buffer => this.memory;
 
   /**
@@ -42,8 +46,21 @@ export class ReadBuffer {
    * after the read's callback (a write in progress), so the next read must go elsewhere.
    */
   afterRead(bytes: number, retained: boolean): void {
-    const full = bytes === this.memory.length;
-    if (!retained && !(full && this.memory.length < LARGE_READ_BYTES)) return;
-    this.memory = Buffer.allocUnsafe(full ? LARGE_READ_BYTES : this.memory.length);
+    const size = this.memory.length;
+    let step = this.step;
+    if (bytes === size) {
+      this.smallReads = 0;
+      if (step < SIZES.length - 1) step++;
+    } else if (bytes <= size / 16 && step > 0) {
+      if (++this.smallReads >= SMALL_READS_TO_SHRINK) {
+        this.smallReads = 0;
+        step--;
+      }
+    } else {
+      this.smallReads = 0;
+    }
+    if (step === this.step && !retained) return;
+    this.step = step;
+    this.memory = Buffer.allocUnsafe(SIZES[step]);
   }
 }
