@@ -21,13 +21,17 @@ import { resultLine, type ReleaseOptions } from './locks-release.js';
 interface Tally {
   abandoned: number;
   deleted: number;
-  notDeleted: number;
+  /** Taken, tried or re-armed since it was read: no longer abandoned, rightly left alone. */
+  changed: number;
+  /** The delete failed (an error). */
+  failed: number;
 }
 
 /**
  * Lists (without --yes) or deletes (with it) the abandoned locks. Exit code 1 without --yes
- * (nothing deleted) or when a key was not deleted; the scan's own end is returned for the caller
- * to report (a time budget that ran out).
+ * (nothing deleted) or when a delete failed; a lock that changed since it was read is no longer
+ * abandoned, and leaving it is what was asked. The scan's own end is returned for the caller to
+ * report (a time budget that ran out).
  */
 export async function releaseAbandoned(
   nodes: LockNodes,
@@ -36,7 +40,7 @@ export async function releaseAbandoned(
   options: ReleaseOptions,
   io: Io,
 ): Promise<{ code: number; end: PassEnd }> {
-  const tally: Tally = { abandoned: 0, deleted: 0, notDeleted: 0 };
+  const tally: Tally = { abandoned: 0, deleted: 0, changed: 0, failed: 0 };
   const end = await forEachRowBatch(nodes.nodes, rules, limits, async (rows, node) => {
     const abandoned = rows.filter((row) => row.abandoned);
     tally.abandoned += abandoned.length;
@@ -52,9 +56,10 @@ export async function releaseAbandoned(
     }
     const results = await deleteUnchanged(node.redis, abandoned);
     abandoned.forEach((row, i) => {
-      const [text, record, ok] = resultLine(row, results[i]);
+      const [text, record] = resultLine(row, results[i]);
       if (results[i] === 'deleted') tally.deleted++;
-      else if (!ok) tally.notDeleted++;
+      else if (results[i] === 'changed') tally.changed++;
+      else if (results[i] instanceof Error) tally.failed++;
       printResult(io, options.json, text, record);
     });
   });
@@ -73,7 +78,10 @@ export async function releaseAbandoned(
     return { code: 1, end };
   }
   if (!options.json) {
-    io.stdout(`${tally.deleted} abandoned lock(s) deleted, ${tally.notDeleted} left alone, of ${end.keys} lock key(s) checked\n`);
+    io.stdout(
+      `${tally.deleted} abandoned lock(s) deleted, ${tally.changed} left alone (taken or tried since they were read), ` +
+        `${tally.failed} failed, of ${end.keys} lock key(s) checked\n`,
+    );
   }
-  return { code: tally.notDeleted > 0 ? 1 : 0, end };
+  return { code: tally.failed > 0 ? 1 : 0, end };
 }

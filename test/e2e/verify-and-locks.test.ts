@@ -513,7 +513,7 @@ describe('locks', () => {
     expect(result.code).toBe(0);
     expect(lines(result.stdout)).toEqual([
       "deleted '\\x17\\x00\\x00\\x00\\x00\\x00\\x00\\x02+': stalwart-task-lock, task 555, counter 1, ttl none, abandoned: no expiry, never expires",
-      '1 abandoned lock(s) deleted, 0 left alone, of 6 lock key(s) checked',
+      '1 abandoned lock(s) deleted, 0 left alone (taken or tried since they were read), 0 failed, of 6 lock key(s) checked',
     ]);
     expect(await adminInt('EXISTS', noTtl)).toBe(0);
     expect(await adminInt('DBSIZE')).toBe(before - 1);
