@@ -23,6 +23,7 @@ const OTHER_FLAGS = new Set([
   // docker/podman run and build in the container section
   'read-only',
   'read-only-tmpfs',
+  'memory',
   'format',
   'secret',
   // npm, useradd and systemctl in the systemd steps

@@ -31,7 +31,8 @@ import { withCpu } from './cpu.js';
 import { BENCH_FLAGS } from './flags.js';
 import { runLatency } from './latency.js';
 import { runLockLoad, type LockLoadResult } from './lock-load.js';
-import { filesNeeded, idleConnections, readProcMemory, slowReader, type StreamOptions } from './memory.js';
+import { readProcMemory } from './memory.js';
+import { measureMemory, MEMORY_FULL, MEMORY_QUICK, type MemoryHop, type MemoryProfile } from './memory-tests.js';
 import {
   cliOf,
   findExecutable,
@@ -92,8 +93,7 @@ interface Profile {
   lockMs: number;
   latencyWarmup: number;
   latencyRoundTrips: number;
-  idleConnections: number;
-  stream: StreamOptions;
+  memory: MemoryProfile;
 }
 
 // Sized for ~2-5 s per redis-benchmark test (GET, SET, INCR: three per
@@ -108,8 +108,7 @@ const FULL: Profile = {
   lockMs: 5_000,
   latencyWarmup: 2_000,
   latencyRoundTrips: 20_000,
-  idleConnections: 5_000,
-  stream: { valueBytes: 256 * MiB, bytesPerSecond: 32 * MiB, stallEveryBytes: 64 * MiB, stallMs: 500 },
+  memory: MEMORY_FULL,
 };
 
 const QUICK: Profile = {
@@ -122,6 +121,7 @@ const QUICK: Profile = {
   lockMs: 1_000,
   latencyWarmup: 500,
   latencyRoundTrips: 5_000,
+  memory: MEMORY_QUICK,
 };
 
 const USAGE = `Usage: npm run bench -- [options]
@@ -469,36 +469,16 @@ async function runRounds(tools: Tools, setup: Setup, profile: Profile, results: 
   }
 }
 
-/** Each memory test gets a fresh proxy, so that its VmHWM is the test's own. */
-async function measureMemory(setup: Setup, profile: Profile, fdLimit: number, results: Results): Promise<void> {
-  const redisPort = setup.redis.port;
-  const withFreshProxy = async <T>(test: (proxy: Managed) => Promise<T>): Promise<T> => {
-    const fresh = await startProxy(redisPort);
-    try {
-      return await test(fresh);
-    } finally {
-      await fresh.stop();
-    }
-  };
-
-  let t0 = Date.now();
-  const needed = filesNeeded(profile.idleConnections);
-  if (fdLimit < needed) {
-    const reason =
-      `open-files limit ${fdLimit} < ${needed} (the proxy holds a client and an upstream socket per connection); ` +
-      'raise the hard limit (ulimit -Hn as root, limits.conf, or docker --ulimit nofile=65536:65536)';
-    results.memory.idle = { ok: false, skipped: true, reason };
-    log(`bench: idle connections skipped: ${reason}`);
-  } else {
-    results.memory.idle = await outcome('memory test', () =>
-      withFreshProxy((proxy) => idleConnections(proxy, redisPort, profile.idleConnections)),
-    );
-    log(`bench: ${int(profile.idleConnections)} idle connections measured (${since(t0)})`);
-  }
-
-  t0 = Date.now();
-  results.memory.stream = await outcome('memory test', () => withFreshProxy((proxy) => slowReader(proxy, redisPort, profile.stream)));
-  log(`bench: slow reader measured (${since(t0)})`);
+/** The hops whose memory is measured: the proxy, the build before it, HAProxy; each started afresh per test. */
+function memoryHops(tools: Tools, options: Options, redisPort: number, dir: string, fdLimit: number): MemoryHop[] {
+  const withAdmin = (adminPort: number | undefined): string[] =>
+    adminPort === undefined ? [] : ['--admin-listen', `127.0.0.1:${adminPort}`];
+  const hops: MemoryHop[] = [{ name: 'proxy', node: true, start: (admin) => startProxy(redisPort, withAdmin(admin)) }];
+  const baseline = options.baseline;
+  if (baseline) hops.push({ name: 'baseline', node: true, start: (admin) => startProxy(redisPort, withAdmin(admin), baseline.build) });
+  const haproxy = tools.haproxy;
+  if (haproxy) hops.push({ name: 'haproxy', node: false, start: () => startHaproxy(haproxy, redisPort, dir, fdLimit) });
+  return hops;
 }
 
 interface ClusterSetup {
@@ -597,11 +577,12 @@ async function main(): Promise<void> {
   const results = emptyResults();
   await runRounds(tools, setup, profile, results);
   results.memory.afterLoads = readProcMemory(setup.proxy.pid);
-  await measureMemory(setup, profile, fdLimit, results);
+  const hops = memoryHops(tools, options, setup.redis.port, cleanupDir, fdLimit);
+  results.memory.hops = await measureMemory(hops, setup.redis.port, profile.memory, fdLimit, log, outcome);
   await measureCluster(tools, without, profile, cleanupDir, results.cluster);
 
   const medians = computeMedians(results);
-  const verdicts = evaluateTargets(medians, results, setup.absent);
+  const verdicts = evaluateTargets(medians, results, setup.absent, profile.memory);
   const clusterRequests = { p1: requestsOf(profile, 'p1', true), p16: requestsOf(profile, 'p16', true) };
   const peers = [machine.haproxy ?? 'haproxy absent', machine.nutcracker ?? 'nutcracker absent'].join('; ');
   process.stdout.write(
@@ -614,7 +595,7 @@ async function main(): Promise<void> {
         clients: CLIENTS,
         lockConnections: CLIENTS,
         latencyRoundTrips: profile.latencyRoundTrips,
-        idleConnections: profile.idleConnections,
+        memory: profile.memory,
         clusterRequests,
         absent: setup.absent,
         baseline: baselineInfo,

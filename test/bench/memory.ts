@@ -1,12 +1,19 @@
 /**
- * The proxy's memory, read from /proc/<pid>/status (VmRSS: resident now;
- * VmHWM: the most it has ever been resident). Each test gets a freshly
- * started proxy, so VmHWM belongs to that test alone and not to the loads.
+ * A hop's memory (the proxy, the baseline build, HAProxy), read from
+ * /proc/<pid>/status (VmRSS: resident now; VmHWM: the most it has ever been
+ * resident). Each test gets a freshly started process, so VmHWM belongs to
+ * that test alone and not to the loads.
  *
  * (a) Idle connections: many Stalwart nodes each keep a pool open; every
  *     client connection also costs the proxy an upstream connection.
- * (b) A large value to a slow reader: backpressure must hold the bytes in
- *     Redis's output buffer and the kernel's socket buffers, not in the proxy.
+ * (b) Large values to slow readers (one of 256 MiB; twenty of 8 MiB at once):
+ *     backpressure must hold the bytes in Redis's output buffer and the
+ *     kernel's socket buffers, not in the proxy.
+ * (c) Connection churn (churn.ts), and the V8 heap before and after it (a
+ *     Node hop's admin /metrics): memory must follow the connections that are
+ *     open, not the ones that closed a moment ago.
+ * (d) All at once, as a sidecar under a memory limit meets it: churn, 5,000
+ *     idle connections and twenty slow readers of 8 MiB.
  */
 import { Buffer } from 'node:buffer';
 import { once } from 'node:events';
@@ -51,46 +58,67 @@ export interface IdleResult {
 const OPEN_CONCURRENCY = 100;
 const SETTLE_MS = 1_000;
 
+/** Connections held open and idle; `failure` is the first one that broke. */
+export interface IdleSockets {
+  readonly sockets: net.Socket[];
+  readonly openSeconds: number;
+  failure(): Error | null;
+  close(): void;
+}
+
 /**
- * Opens `count` connections through the proxy, each sending PING once and
- * reading +PONG (so its upstream connection exists), then leaves them open
- * and idle and reads the proxy's memory.
+ * Opens `count` connections through `port`, each sending PING once and reading +PONG (so its
+ * upstream connection exists), and leaves them open and idle.
  */
-export async function idleConnections(proxy: Managed, redisPort: number, count: number): Promise<IdleResult> {
-  await sleep(SETTLE_MS);
-  const before = readProcMemory(proxy.pid);
+export async function openIdleConnections(port: number, count: number): Promise<IdleSockets> {
   const sockets: net.Socket[] = [];
   let failure: Error | null = null;
-  const t0 = Date.now();
-  try {
-    let next = 0;
-    const opener = async (): Promise<void> => {
-      while (next < count && failure === null) {
-        next++;
-        sockets.push(await openIdle(proxy.port));
-      }
-    };
-    await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
-    const openSeconds = (Date.now() - t0) / 1000;
-    for (const socket of sockets) {
-      socket.on('error', (error) => {
-        failure ??= error;
-      });
-      socket.on('close', () => {
-        failure ??= new Error('the proxy closed an idle connection');
-      });
-    }
-    await sleep(SETTLE_MS);
-    const after = readProcMemory(proxy.pid);
-    const info = await roundTrip(redisPort, '*2\r\n$4\r\nINFO\r\n$7\r\nclients\r\n');
-    const redisClients = Number(/connected_clients:(\d+)/.exec(info)?.[1] ?? NaN);
-    if (failure !== null) throw failure;
-    return { connections: sockets.length, before, after, redisClients, openSeconds };
-  } finally {
+  const close = (): void => {
     for (const socket of sockets) {
       socket.removeAllListeners('close');
       socket.destroy();
     }
+  };
+  const t0 = Date.now();
+  try {
+    let next = 0;
+    const opener = async (): Promise<void> => {
+      while (next < count) {
+        next++;
+        sockets.push(await openIdle(port));
+      }
+    };
+    await Promise.all(Array.from({ length: OPEN_CONCURRENCY }, opener));
+  } catch (error) {
+    close();
+    throw error;
+  }
+  for (const socket of sockets) {
+    socket.on('error', (error) => {
+      failure ??= error;
+    });
+    socket.on('close', () => {
+      failure ??= new Error('an idle connection was closed');
+    });
+  }
+  return { sockets, openSeconds: (Date.now() - t0) / 1000, failure: () => failure, close };
+}
+
+/** Opens `count` idle connections through `hop` and reads its memory then. */
+export async function idleConnections(hop: Managed, redisPort: number, count: number): Promise<IdleResult> {
+  await sleep(SETTLE_MS);
+  const before = readProcMemory(hop.pid);
+  const idle = await openIdleConnections(hop.port, count);
+  try {
+    await sleep(SETTLE_MS);
+    const after = readProcMemory(hop.pid);
+    const info = await roundTrip(redisPort, '*2\r\n$4\r\nINFO\r\n$7\r\nclients\r\n');
+    const redisClients = Number(/connected_clients:(\d+)/.exec(info)?.[1] ?? NaN);
+    const failure = idle.failure();
+    if (failure !== null) throw failure;
+    return { connections: idle.sockets.length, before, after, redisClients, openSeconds: idle.openSeconds };
+  } finally {
+    idle.close();
   }
 }
 
@@ -115,6 +143,8 @@ function openIdle(port: number): Promise<net.Socket> {
 // ---------------------------------------------------------- (b) streaming
 
 export interface StreamOptions {
+  /** Readers at once, each GETting the value. */
+  readers: number;
   valueBytes: number;
   /** The reader's pace. */
   bytesPerSecond: number;
@@ -124,6 +154,7 @@ export interface StreamOptions {
 }
 
 export interface StreamResult {
+  readers: number;
   valueMiB: number;
   readerMiBPerSecond: number;
   stallEveryMiB: number;
@@ -146,32 +177,41 @@ export interface StreamResult {
 const POLL_MS = 20;
 const BIG_KEY = 'bench:big';
 
-/** SETs the value directly on Redis, then GETs it through the proxy at a reader's pace. */
-export async function slowReader(proxy: Managed, redisPort: number, options: StreamOptions): Promise<StreamResult> {
+/**
+ * SETs the value directly on Redis, then GETs it through the hop at `port` `options.readers`
+ * times at once, each at a reader's pace, polling the hop's `memory` meanwhile.
+ */
+export async function slowReaders(
+  port: number,
+  redisPort: number,
+  options: StreamOptions,
+  memory: () => ProcMemory,
+): Promise<StreamResult> {
   await setBigValue(redisPort, options.valueBytes);
   try {
     await sleep(SETTLE_MS);
-    const reader = await connected(proxy.port);
+    const readers = await Promise.all(Array.from({ length: options.readers }, () => connected(port)));
     let peakRss = 0;
     let polls = 0;
     const poll = (): void => {
-      peakRss = Math.max(peakRss, readProcMemory(proxy.pid).rss);
+      peakRss = Math.max(peakRss, memory().rss);
       polls++;
     };
-    const before = readProcMemory(proxy.pid);
+    const before = memory();
     const poller = setInterval(poll, POLL_MS);
     const t0 = Date.now();
     try {
-      await paceRead(reader, options);
+      await Promise.all(readers.map((reader) => paceRead(reader, options)));
     } finally {
       clearInterval(poller);
-      reader.destroy();
+      for (const reader of readers) reader.destroy();
     }
     const seconds = (Date.now() - t0) / 1000;
     poll();
-    const after = readProcMemory(proxy.pid);
+    const after = memory();
     const peak = Math.max(peakRss, after.hwm > before.hwm ? after.hwm : 0);
     return {
+      readers: options.readers,
       valueMiB: options.valueBytes / MiB,
       readerMiBPerSecond: options.bytesPerSecond / MiB,
       stallEveryMiB: options.stallEveryBytes / MiB,
@@ -269,4 +309,15 @@ function paceRead(socket: net.Socket, options: StreamOptions): Promise<void> {
 /** How many open files the idle test needs in the most demanding process (the proxy). */
 export function filesNeeded(connections: number): number {
   return 2 * connections + 256;
+}
+
+/**
+ * The V8 heap in use (MiB) of a Node hop with an admin server, from its /metrics
+ * (`nodejs_heap_size_used_bytes`, prom-client's default metric); undefined where there is none.
+ */
+export async function heapUsedMiB(adminPort: number | undefined): Promise<number | undefined> {
+  if (adminPort === undefined) return undefined;
+  const text = await (await fetch(`http://${HOST}:${adminPort}/metrics`)).text();
+  const match = /^\w*nodejs_heap_size_used_bytes (\S+)$/m.exec(text);
+  return match === null ? undefined : Number(match[1]) / MiB;
 }

@@ -8,7 +8,8 @@ import { bypassing, MASTERS, NODES, type Routing } from './cluster.js';
 import type { CpuPerRequest } from './cpu.js';
 import type { LatencyResult } from './latency.js';
 import type { LockLoadResult } from './lock-load.js';
-import type { IdleResult, ProcMemory, StreamResult } from './memory.js';
+import type { MemoryProfile } from './memory-tests.js';
+import { emptyMemory, memoryTargets, renderMemory, type MemoryResults } from './memory-report.js';
 import { LOCK_TARGET_NAMES, TARGET_NAMES, type TargetName } from './processes.js';
 import { TESTS, type BenchmarkResult, type TestName } from './redis-benchmark.js';
 
@@ -40,12 +41,7 @@ export interface Results extends LoadResults {
   /** CPU per request of each hop's process during the pass-through runs (cpu.ts). */
   cpu: Record<Pipeline, PerTarget<CpuPerRequest[]>>;
   latency: PerTarget<LatencyResult[]>;
-  memory: {
-    /** The load proxy after all rounds: how much the loads themselves took. */
-    afterLoads: ProcMemory | null;
-    idle: Outcome<IdleResult> | null;
-    stream: Outcome<StreamResult> | null;
-  };
+  memory: MemoryResults;
   cluster: ClusterResults;
 }
 
@@ -56,7 +52,7 @@ export function emptyResults(): Results {
     ...emptyLoads(),
     cpu: { p1: {}, p16: {} },
     latency: {},
-    memory: { afterLoads: null, idle: null, stream: null },
+    memory: emptyMemory(),
     cluster: { ...emptyLoads(), routing: {}, missing: null },
   };
 }
@@ -192,7 +188,7 @@ function memoryCheck<T>(target: string, outcome: Outcome<T> | null, pick: (v: T)
  * The issue's targets. Pass-through targets use the geometric mean of the
  * GET, SET and INCR medians (one figure per load; the table shows each).
  */
-export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<string>): Verdict[] {
+export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<string>, memory: MemoryProfile): Verdict[] {
   const pt = m.passThrough;
   const noPeer = (peer: 'haproxy' | 'nutcracker'): string => absent[peer] ?? `no ${peer} figure`;
   const addedLatency = (p: keyof LatencyMedian): number | undefined =>
@@ -202,6 +198,17 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
   const cpuOver = (pipeline: Pipeline, peer: TargetName, part: keyof CpuMedian): number | undefined =>
     ratioOf(m.cpu[pipeline].proxy?.[part], m.cpu[pipeline][peer]?.[part]);
   const noBaseline = 'no --baseline (the build before the change)';
+  const mem = memoryTargets(results.memory, memory);
+  const churnWithin = mem.churnHwm?.ok
+    ? check(
+        `churn VmHWM <= 1.2x (a fresh proxy + ${memory.churnConcurrency} connections' cost) = ${mem.churnHwm.value.allowed.toFixed(1)} MiB`,
+        mem.churnHwm.value.hwm,
+        '<=',
+        mem.churnHwm.value.allowed,
+        mib,
+        '',
+      )
+    : memoryCheck('churn VmHWM <= 1.2x (a fresh proxy + the open connections)', mem.churnHwm, () => Number.NaN, '<=', Number.NaN);
   const geo = '(geomean GET/SET/INCR)';
   return [
     check(`pass-through P16 >= 0.9x HAProxy ${geo}`, proxyOver('p16', 'haproxy'), '>=', 0.9, times, noPeer('haproxy')),
@@ -211,8 +218,19 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
     check('lock acquisition P16 via proxy >= 0.9x direct', ratioOf(m.lock.p16.proxy, m.lock.p16.direct), '>=', 0.9, times, 'not measured'),
     check('added latency p50 <= 60 µs', addedLatency('p50'), '<=', 60, micros, 'not measured'),
     check('added latency p99 <= 250 µs', addedLatency('p99'), '<=', 250, micros, 'not measured'),
-    memoryCheck('RSS <= 150 MiB with 5,000 idle connections (VmHWM)', results.memory.idle, (v) => v.after.hwm, '<=', 150),
-    memoryCheck('RSS growth < 64 MiB streaming 256 MiB to a slow reader', results.memory.stream, (v) => v.growth, '<', 64),
+    memoryCheck('RSS <= 135 MiB with 5,000 idle connections (VmHWM)', mem.idleHwm, (v) => v, '<=', 135),
+    memoryCheck('RSS growth < 64 MiB streaming 256 MiB to a slow reader', mem.streamGrowth, (v) => v, '<', 64),
+    memoryCheck('RSS growth < 64 MiB with 20 slow readers of 8 MiB', mem.readersGrowth, (v) => v, '<', 64),
+    churnWithin,
+    memoryCheck(`churn VmHWM <= 150 MiB at ${memory.churnConcurrency} connections at a time`, mem.churnHwm, (v) => v.hwm, '<=', 150),
+    memoryCheck('V8 heap after the churn settled <= 1.1x before', mem.heapAfterChurn, (v) => v, '<=', 1.1),
+    memoryCheck(
+      'all at once (churn, 5,000 idle, 20 slow readers) VmHWM <= 256 MiB (the Kubernetes example limit)',
+      mem.allAtOnceHwm,
+      (v) => v,
+      '<=',
+      256,
+    ),
     check('CPU per request P1 (user + system) <= 1.15x HAProxy', cpuOver('p1', 'haproxy', 'total'), '<=', 1.15, times, noPeer('haproxy')),
     check('CPU per request P16 (user + system) <= 1.3x HAProxy', cpuOver('p16', 'haproxy', 'total'), '<=', 1.3, times, noPeer('haproxy')),
     check('user CPU per request P1 <= 0.5x baseline', cpuOver('p1', 'baseline', 'user'), '<=', 0.5, times, noBaseline),
@@ -254,7 +272,7 @@ export interface ReportContext {
   clients: number;
   lockConnections: number;
   latencyRoundTrips: number;
-  idleConnections: number;
+  memory: MemoryProfile;
   /** redis-benchmark -n of the cluster part. */
   clusterRequests: Record<Pipeline, number>;
   /** Why a peer column is empty, e.g. "haproxy not installed". */
@@ -351,32 +369,7 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
   out.push(table(['percentile', ...targets, 'added (proxy-direct)', ...vsBaseline], latencyRows));
 
   out.push('');
-  out.push('Memory: the proxy process (/proc/<pid>/status), a fresh proxy for each test');
-  const mem = results.memory;
-  if (mem.afterLoads) {
-    out.push(`  load proxy after all rounds:   VmHWM ${mib(mem.afterLoads.hwm)}, VmRSS ${mib(mem.afterLoads.rss)}`);
-  }
-  const idle = mem.idle;
-  if (idle?.ok) {
-    const v = idle.value;
-    out.push(
-      `  ${int(v.connections)} idle connections:      VmHWM ${mib(v.after.hwm)}, VmRSS ${mib(v.after.rss)} ` +
-        `(fresh: VmRSS ${mib(v.before.rss)}; opened in ${v.openSeconds.toFixed(1)} s; Redis connected_clients ${int(v.redisClients)})`,
-    );
-  } else if (idle) {
-    out.push(`  ${int(ctx.idleConnections)} idle connections:      ${idle.skipped ? 'skipped' : 'FAILED'}: ${idle.reason}`);
-  }
-  const stream = mem.stream;
-  if (stream?.ok) {
-    const v = stream.value;
-    out.push(
-      `  ${v.valueMiB} MiB GET, slow reader:    growth ${mib(v.growth)} (VmRSS before ${mib(v.before.rss)}, ` +
-        `peak ${mib(v.peakRss)}, VmHWM after ${mib(v.after.hwm)}; reader ${v.readerMiBPerSecond} MiB/s with a ` +
-        `${v.stallMs} ms stall every ${v.stallEveryMiB} MiB, ${v.seconds.toFixed(1)} s, ${v.polls} polls)`,
-    );
-  } else if (stream) {
-    out.push(`  large value, slow reader:  ${stream.skipped ? 'skipped' : 'FAILED'}: ${stream.reason}`);
-  }
+  out.push(...renderMemory(results.memory, ctx.memory, ctx.absent));
 
   out.push('');
   out.push(...renderCluster(results.cluster, m.cluster, ctx, rounds));

@@ -11,6 +11,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { churn } from '../bench/churn.js';
+import { MEMORY_FULL } from '../bench/memory-tests.js';
+import { openIdleConnections, slowReaders } from '../bench/memory.js';
 import { ROOT } from '../support/cli.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptCounter, taskLockKey } from '../support/stalwart.js';
@@ -126,6 +129,35 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
     await Promise.all(containers.map((c) => c.remove()));
     await network?.remove();
     for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('holds the Kubernetes example memory limit (256Mi) with 5,000 idle connections, 20 slow readers of 8 MiB and churn, all at once', async () => {
+    const limited = await startProxy({ memory: '256m', ports: [RESP_PORT, ADMIN_PORT] });
+    const { idleConnections, readers, churnConcurrency, allAtOnceSeconds } = MEMORY_FULL;
+    // The cgroup's own peak is read after the load; nothing is polled meanwhile.
+    const notPolled = () => ({ rss: 0, hwm: 0 });
+    const idle = await openIdleConnections(limited.resp, idleConnections);
+    try {
+      const [, churned] = await Promise.all([
+        slowReaders(limited.resp, redisPort, readers, notPolled),
+        churn(limited.resp, { concurrency: churnConcurrency, seconds: allAtOnceSeconds, memory: notPolled }),
+      ]);
+      expect(idle.failure()).toBeNull();
+      expect(churned.failed).toBeLessThanOrEqual(churned.connections / 100);
+    } finally {
+      idle.close();
+    }
+    const peak = await limited.container.memoryPeakMiB();
+    console.log(`the image under --memory 256m, all at once: cgroup memory peak ${peak.toFixed(1)} MiB`);
+    expect((await limited.container.inspect('{{.State.OOMKilled}}')).trim()).toBe('false');
+    expect(peak).toBeLessThan(256);
+    const client = await RawClient.connect(limited.resp);
+    try {
+      expect(await client.call('PING')).toBe('+PONG\r\n');
+    } finally {
+      client.destroy();
+    }
+    await limited.container.remove();
   });
 
   it('runs as uid 1000 on a read-only root file system', async () => {

@@ -32,6 +32,8 @@ export interface RunOptions {
   /** A read-only root file system, and nothing writable mounted over it (as Kubernetes' readOnlyRootFilesystem). */
   readOnly?: boolean;
   mounts?: Mount[];
+  /** A memory limit (`--memory`), e.g. `256m`. */
+  memory?: string;
 }
 
 /** Starts a container in the background. */
@@ -50,6 +52,7 @@ export async function runContainer(opts: RunOptions): Promise<Container> {
     // podman mounts tmpfs on /tmp, /var/tmp and /run under --read-only unless told not to.
     ...(opts.readOnly ? ['--read-only', ...(podman ? ['--read-only-tmpfs=false'] : [])] : []),
     ...(opts.mounts ?? []).flatMap((m) => ['--volume', `${m.source}:${m.target}${m.readOnly ? ':ro' : ''}`]),
+    ...(opts.memory ? ['--memory', opts.memory] : []),
     ...(entrypoint !== undefined ? ['--entrypoint', entrypoint] : []),
     opts.image,
     ...entrypointArgs,
@@ -85,6 +88,18 @@ export class Container {
   /** `inspect --format`. */
   async inspect(format: string): Promise<string> {
     return (await engineExec(['container', 'inspect', '--format', format, this.name])).stdout;
+  }
+
+  /** The most memory its cgroup has held (MiB): memory.peak (cgroup v2) or memory.max_usage_in_bytes (v1). */
+  async memoryPeakMiB(): Promise<number> {
+    const read = await this.exec([
+      'sh',
+      '-c',
+      'cat /sys/fs/cgroup/memory.peak 2>/dev/null || cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes',
+    ]);
+    const bytes = Number(read.stdout.trim());
+    if (read.code !== 0 || !Number.isFinite(bytes)) throw new Error(`${this.name}: no memory peak (${read.stdout}${read.stderr})`);
+    return bytes / (1024 * 1024);
   }
 
   /** Everything the container wrote, standard error included. */
