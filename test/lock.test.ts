@@ -226,6 +226,20 @@ describe('the script before Redis 7.0 (its branch without redis.acl_check_cmd, r
     admin = await RawClient.connect(redis.port);
     await admin.call('ACL', 'SETUSER', 'noexpire', 'on', '>pw', '~*', '+@all', '-expire');
     await admin.call('ACL', 'SETUSER', 'nopttl', 'on', '>pw', '~*', '+@all', '-pttl');
+    // May read, increment and run scripts, but neither set an expiry nor delete.
+    await admin.call(
+      'ACL',
+      'SETUSER',
+      'nodelexpire',
+      'on',
+      '>pw',
+      '~*',
+      '+@read',
+      '+@string',
+      '+@transaction',
+      '+@scripting',
+      '+@connection',
+    );
   });
   afterAll(async () => {
     await admin?.close();
@@ -253,10 +267,14 @@ describe('the script before Redis 7.0 (its branch without redis.acl_check_cmd, r
     expect(await run()).toBe('*2\r\n:3\r\n:1\r\n'); // healed
   });
 
-  it('takes a new lock back when its expiry is refused: an error, and no key', async () => {
-    await admin.call('DEL', 'lock:old');
-    expect(await run('noexpire')).toMatch(/^-/); // the ACL's refusal, in the server's words
-    expect(await admin.call('EXISTS', 'lock:old')).toBe(':0\r\n');
+  it('creates no lock whose expiry is refused: an error, and no key, also where the user may not delete', async () => {
+    for (const user of ['noexpire', 'nodelexpire']) {
+      for (let attempt = 0; attempt < 2; attempt++) {
+        await admin.call('DEL', 'lock:old');
+        expect(await run(user)).toMatch(/^-/); // the ACL's refusal, in the server's words
+        expect(await admin.call('EXISTS', 'lock:old')).toBe(':0\r\n');
+      }
+    }
   });
 
   it('writes nothing when the expiry may not be read', async () => {

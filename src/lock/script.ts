@@ -12,10 +12,11 @@
  * 1. What Redis would refuse while queueing the block is refused before anything is written: on
  *    Redis 7.0+ `redis.acl_check_cmd` asks for MULTI, the increment, the expiry and EXEC as the
  *    connection's user. Before 7.0 scripts cannot ask: the expiry is read first (PTTL), so that
- *    a refused read writes nothing, and a lock the increment created but whose expiry is refused
- *    is deleted again before the error is returned, so that no lock is ever left without its
- *    expiry (Redis would have refused the whole block). A user refused MULTI or EXEC, or EXPIRE
- *    on a key that exists, is not told apart there: see the README.
+ *    a refused read writes nothing; where there is no key yet, the expiry is tried on it first
+ *    (on a missing key it writes nothing, and answers 0), so that a user refused the expiry is
+ *    refused before the increment creates a lock that would have none (Redis would have refused
+ *    the whole block). A user refused MULTI or EXEC, or EXPIRE on a key that exists, is not told
+ *    apart there: see the README.
  * 2. The increment runs with pcall. An error of its execution (wrong type, not an integer,
  *    overflow) lands inside the array exactly where EXEC would put it; any other error (OOM,
  *    READONLY, ...) is one Redis raises before running a command, and is returned as it is.
@@ -48,6 +49,10 @@ if check then
 else
   before = redis.pcall('PTTL', key)
   if type(before) == 'table' then return before end
+  if before == -2 then
+    local refused = redis.pcall(expire, key, ttl)
+    if type(refused) == 'table' then return refused end
+  end
 end
 local n
 if incr == 'INCR' then n = redis.pcall('INCR', key) else n = redis.pcall('INCRBY', key, delta) end
@@ -64,9 +69,6 @@ if check then
   applied = redis.pcall(expire, key, ttl, 'NX')
 elseif before < 0 then
   applied = redis.pcall(expire, key, ttl)
-  if before == -2 and type(applied) == 'table' and type(redis.pcall('DEL', key)) == 'number' then
-    return applied
-  end
 end
 if type(n) == 'number' and (n >= 9007199254740992 or n <= -9007199254740992) then
   local exact = redis.pcall('GETEX', key)
