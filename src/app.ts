@@ -94,6 +94,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     connectTimeoutMs: config.connectTimeoutMs,
     idleTimeoutMs: config.idleTimeoutMs,
     ownReplyTimeoutMs: config.ownReplyTimeoutMs,
+    upstreamTimeoutMs: config.upstreamTimeoutMs,
     lockMethod: config.lockMethod,
     cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
     log,

@@ -87,6 +87,8 @@ export interface Config {
   readonly idleTimeoutMs: number;
   /** How long a reply to a command of the proxy's own may take once it is due; past it the connection is closed. */
   readonly ownReplyTimeoutMs: number;
+  /** Close a client connection when Redis has sent nothing for this long while a reply is due; 0: never. */
+  readonly upstreamTimeoutMs: number;
   /** How lock blocks are fixed: inside the client's own transaction, as a script, or chosen per connection from the server version. */
   readonly lockMethod: LockMethodSetting;
   /** How often the old-shape attempt report is logged; 0: never. */
@@ -197,6 +199,7 @@ function buildConfig(settings: RawSettings): Config {
     warnings: deprecatedGiven(settings),
     idleTimeoutMs: integer(settings, 'idle-timeout-ms'),
     ownReplyTimeoutMs: integer(settings, 'own-reply-timeout-ms'),
+    upstreamTimeoutMs: integer(settings, 'upstream-timeout-ms'),
     lockMethod: lockMethodFrom(settings),
     lockAttemptReportMs: integer(settings, 'lock-attempt-report-ms'),
     lockScanIntervalMs: integer(settings, 'lock-scan-interval-ms'),

@@ -116,6 +116,13 @@ export const OPTIONS = {
     max: 2_147_483_647,
     help: 'close client connections idle this long (0: never)',
   },
+  'upstream-timeout-ms': {
+    kind: 'integer',
+    default: 0,
+    min: 0,
+    max: 2_147_483_647,
+    help: 'close a client connection when Redis has sent nothing for this long while a reply is due (0: never; blocking commands and subscriptions are exempt)',
+  },
   'own-reply-timeout-ms': {
     kind: 'integer',
     default: 30_000,

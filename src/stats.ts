@@ -53,6 +53,10 @@ export class Stats {
   blocksClosed = 0;
   /** Connections closed because a reply to a command of the proxy's own did not come within --own-reply-timeout-ms. */
   ownRepliesTimedOut = 0;
+  /** Client connections closed because Redis sent nothing for --upstream-timeout-ms while a reply was due. */
+  upstreamTimeouts = 0;
+  /** Client connections refused because what the upstream sent first was not RESP. */
+  upstreamNotResp = 0;
   /** Blocks forwarded unchanged in observe mode. */
   blocksObserved = 0;
   /** Blocks whose script could not run, sent unchanged instead, by error prefix (NOPERM, BUSY, ...). */

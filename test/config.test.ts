@@ -47,6 +47,7 @@ describe('resolveConfig', () => {
       warnings: [],
       idleTimeoutMs: 0,
       ownReplyTimeoutMs: 30_000,
+      upstreamTimeoutMs: 0,
       lockMethod: 'auto',
       lockAttemptReportMs: 3_600_000,
       lockScanIntervalMs: 0,

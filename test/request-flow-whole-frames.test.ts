@@ -48,6 +48,7 @@ function flow() {
     connectTimeoutMs: 1000,
     idleTimeoutMs: 0,
     ownReplyTimeoutMs: 60_000,
+    upstreamTimeoutMs: 0,
     lockMethod: 'transaction',
     cluster: null,
     log,
@@ -72,6 +73,7 @@ function flow() {
     lost: () => {},
     repliesWaiting: () => {},
     ownReplyLate: () => {},
+    blockingSent: () => {},
   };
   const replies = new CountedReplies(port, null, 60_000);
   const requests = new RequestFlow(port, replies, ctx, null);

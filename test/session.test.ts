@@ -53,6 +53,7 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
     connectTimeoutMs: 1000,
     idleTimeoutMs: 0,
     ownReplyTimeoutMs: 60_000,
+    upstreamTimeoutMs: 0,
     lockMethod,
     cluster: null,
     log,

@@ -157,6 +157,16 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     },
   );
   counter(
+    'upstream_timeouts_total',
+    'Client connections closed because Redis sent nothing for --upstream-timeout-ms while a reply was due.',
+    () => stats.upstreamTimeouts,
+  );
+  counter(
+    'upstream_not_resp_total',
+    'Client connections refused because what the upstream sent first was not RESP (not a Redis).',
+    () => stats.upstreamNotResp,
+  );
+  counter(
     'own_replies_timed_out_total',
     "Connections closed because Redis did not answer a command of the proxy's own within --own-reply-timeout-ms.",
     () => stats.ownRepliesTimedOut,

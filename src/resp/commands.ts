@@ -39,6 +39,11 @@ export const Cmd = {
   Replication: 18,
   /** QUIT: Redis answers, then closes the connection, reading nothing more. */
   Quit: 19,
+  /**
+   * Commands that may wait for other clients before Redis answers (the blocking list, sorted set
+   * and stream reads, WAIT): --upstream-timeout-ms does not apply while one is unanswered.
+   */
+  Blocking: 20,
 } as const;
 export type Cmd = (typeof Cmd)[keyof typeof Cmd];
 
@@ -73,6 +78,18 @@ const NAMES: Array<[string, Cmd]> = [
   ['asking', Cmd.Asking],
   ['set', Cmd.Set],
   ['quit', Cmd.Quit],
+  ['blpop', Cmd.Blocking],
+  ['brpop', Cmd.Blocking],
+  ['brpoplpush', Cmd.Blocking],
+  ['blmove', Cmd.Blocking],
+  ['blmpop', Cmd.Blocking],
+  ['bzpopmin', Cmd.Blocking],
+  ['bzpopmax', Cmd.Blocking],
+  ['bzmpop', Cmd.Blocking],
+  ['xread', Cmd.Blocking],
+  ['xreadgroup', Cmd.Blocking],
+  ['wait', Cmd.Blocking],
+  ['waitaof', Cmd.Blocking],
 ];
 
 /** Longest name worth looking at; longer names are always `Cmd.Other`. */

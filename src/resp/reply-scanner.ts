@@ -39,6 +39,11 @@ for (const type of '*~>') LINE_KINDS[type.charCodeAt(0)] = LineKind.Array; // ar
 LINE_KINDS[0x25] = LineKind.Map; // %
 LINE_KINDS[0x7c] = LineKind.Attribute; // |
 
+/** Whether `byte` can start a reply (RESP2 or RESP3): the first byte of a stream that is not RESP cannot. */
+export function isReplyTypeByte(byte: number): boolean {
+  return LINE_KINDS[byte] >= 0;
+}
+
 export class ReplyScanner {
   /** Top-level non-push replies completed by the last `scan()` call. */
   replies = 0;

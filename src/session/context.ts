@@ -23,6 +23,8 @@ export interface ProxyContext {
   readonly idleTimeoutMs: number;
   /** How long a reply to a command of the proxy's own may take once it is due (session/reply-stream.ts). */
   readonly ownReplyTimeoutMs: number;
+  /** Close a client connection when Redis has sent nothing for this long while a reply is due (0: never). */
+  readonly upstreamTimeoutMs: number;
   /** How lock blocks are fixed (lock/lock-method.ts). */
   readonly lockMethod: LockMethodSetting;
   /** Set with --cluster. */

@@ -43,6 +43,8 @@ export interface RequestFlowPort {
   resumeClient(): void;
   /** Closes the connection as a network failure would, after what the client has been sent. */
   closeAfterReplies(): void;
+  /** A command went upstream whose reply may wait for other clients (BLPOP, XREAD, WAIT, ...). */
+  blockingSent(): void;
   readonly log: Logger;
 }
 
@@ -318,6 +320,7 @@ export class RequestFlow implements LockBlockPort {
       return;
     }
     if (this.scanner.cmd === Cmd.Client) this.verifyConnection = namesVerifyConnection(this.scanner) ?? this.verifyConnection;
+    else if (this.scanner.cmd === Cmd.Blocking) this.port.blockingSent();
     if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx.rules(), this.ctx.stats);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);

@@ -18,6 +18,8 @@ import type { Logger } from '../log.js';
 import type { ProxyContext } from './context.js';
 import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
 import { RequestFlow, type RequestFlowPort } from './request-flow.js';
+import { isReplyTypeByte } from '../resp/reply-scanner.js';
+import { UpstreamWatch } from './upstream-watch.js';
 import { DeferredWrites, WriteBatch } from './write-batch.js';
 
 let nextSessionId = 1;
@@ -26,8 +28,15 @@ let nextSessionId = 1;
 const CLOSE_LINGER_MS = 10_000;
 /** How long a client may go on sending after the end of the stream went out, before its connection is cut. */
 const LINGER_AFTER_END_MS = 1_000;
-/** How long the client's bytes wait for Redis to close after QUIT or a protocol error, before they go on after all. */
+/** How long the client's bytes wait for Redis to close after QUIT, before they go on after all. */
 const CLOSE_WAIT_MS = 2_000;
+/**
+ * How long the upstream may stay open after the client's end went to it: Redis closes a
+ * connection as soon as it reads its end, so only an upstream that is not Redis keeps it longer.
+ */
+const UPSTREAM_CLOSE_WAIT_MS = 10_000;
+/** Bytes of what a non-RESP upstream sent first that the client's error shows. */
+const NOT_RESP_SHOWN = 16;
 
 export class Session implements RequestFlowPort, ReplyStreamPort {
   readonly id = nextSessionId++;
@@ -63,8 +72,12 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
    */
   private cutOff: NodeJS.Timeout | undefined;
   private cutOffAt = Number.POSITIVE_INFINITY;
-  /** How long the client's bytes wait for Redis's close after QUIT (awaitClose). */
+  /** How long the client's bytes wait for Redis's close after QUIT (awaitClose), or the upstream after the client's end. */
   private closeWait: NodeJS.Timeout | undefined;
+  /** Nothing from Redis yet: its first bytes must be RESP. */
+  private upstreamSilentSoFar = true;
+  /** --upstream-timeout-ms, when set. */
+  private readonly watch: UpstreamWatch | null;
   /** Writes made while one chunk is processed leave together. */
   private readonly toUpstream: DeferredWrites;
   private readonly toClient: WriteBatch;
@@ -89,6 +102,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     const nodes = ctx.cluster ? new NodeReplies(ctx.cluster, client, host, ctx.upstream.target.tls, ctx.stats) : null;
     this.replies = new ReplyStream(this, nodes?.redirects ?? null, ctx.ownReplyTimeoutMs);
     this.requests = new RequestFlow(this, this.replies, ctx, nodes);
+    this.watch = ctx.upstreamTimeoutMs > 0 ? new UpstreamWatch(ctx.upstreamTimeoutMs, this) : null;
     if (ctx.log.isLevelEnabled('debug')) this.log.debug({ upstream: address }, 'client connected');
 
     socket.setTimeout(ctx.connectTimeoutMs);
@@ -262,6 +276,20 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.upstream.destroy();
   }
 
+  /** What Redis sent first is not RESP (an HTTP server, a TLS port spoken to in clear): nothing it says can be passed on. */
+  private notResp(first: Buffer): void {
+    const shown = JSON.stringify(
+      first
+        .subarray(0, NOT_RESP_SHOWN)
+        .toString('latin1')
+        .replace(/[^\x20-\x7e]/g, '?'),
+    );
+    const reason = `does not speak RESP (it answered ${shown}...)`;
+    this.ctx.stats.upstreamNotResp++;
+    this.ctx.refusals.refused(this.ctx.upstream.describe(), this.upstreamAddress, reason, 'upstream does not speak RESP');
+    this.refuseClient(`upstream ${this.ctx.upstream.describe()} ${reason}`);
+  }
+
   /** Tells the client why it cannot be served, as a RESP error, and closes its connection. */
   private refuseClient(message: string): void {
     const oneLine = message.replace(/[\r\n]+/g, ' ');
@@ -274,11 +302,17 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     if (this.awaiting === null) this.finishClientEnd();
   }
 
-  /** The client sends no more: what it sent goes on as it is (Redis drops an unfinished block itself). */
+  /**
+   * The client sends no more: what it sent goes on as it is (Redis drops an unfinished block
+   * itself), then the end; Redis closes on it, and an upstream that does not is cut off.
+   */
   private finishClientEnd(): void {
     this.requests.flushPending('client-closed');
     this.toUpstream.flush();
     this.upstream.end();
+    clearTimeout(this.closeWait);
+    this.closeWait = setTimeout(() => this.destroy(), UPSTREAM_CLOSE_WAIT_MS);
+    this.closeWait.unref();
   }
 
   private onClose(): void {
@@ -286,6 +320,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.closed = true;
     this.requests.stop();
     this.replies.stop();
+    this.watch?.stop();
     clearTimeout(this.closeWait);
     this.ctx.stats.connectionsOpen--;
     // A side being ended still has its last bytes on the way: it closes itself once they are out.
@@ -299,7 +334,9 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   writeUpstream(bytes: Buffer): void {
     // Once closing, Redis reads nothing more (it closed, or the proxy closes).
-    if (bytes.length > 0 && !this.closing) this.toUpstream.add(bytes);
+    if (bytes.length === 0 || this.closing) return;
+    this.toUpstream.add(bytes);
+    this.watch?.sent();
   }
 
   writeClient(bytes: Buffer): void {
@@ -395,6 +432,24 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.closeAfterReplies();
   }
 
+  blockingSent(): void {
+    this.watch?.blockingSent();
+  }
+
+  get awaitingReply(): boolean {
+    return this.replies.pending && !this.requests.piping && !this.closing;
+  }
+
+  /** --upstream-timeout-ms passed with a reply due and nothing from Redis: closed as a network failure would. */
+  upstreamSilent(ms: number): void {
+    this.ctx.stats.upstreamTimeouts++;
+    this.log.warn(
+      { upstream: this.upstreamAddress, silentMs: ms },
+      'no reply from Redis within --upstream-timeout-ms; closing the connection',
+    );
+    this.closeAfterReplies();
+  }
+
   /** The proxy's own reply cannot be found: the connection's state is unknown. Never fake it. */
   lost(reason: string): void {
     this.log.error({ reason }, "cannot follow the reply stream while a reply of the proxy's own is due; closing the connection");
@@ -424,6 +479,11 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   private onUpstreamData(chunk: Buffer): void {
     this.ctx.stats.bytesFromUpstream += chunk.length;
+    if (this.upstreamSilentSoFar) {
+      this.upstreamSilentSoFar = false;
+      if (!isReplyTypeByte(chunk[0])) return this.notResp(chunk);
+    }
+    this.watch?.heard();
     if (this.replies.passingThrough) {
       this.writeClient(chunk);
       return;

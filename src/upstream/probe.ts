@@ -23,7 +23,18 @@ export function probeUpstream(connector: UpstreamConnector, timeoutMs: number): 
     socket.write(Buffer.concat(commands));
     socket.on('data', (chunk: Buffer) => {
       received = Buffer.concat([received, chunk]);
-      if (countReplies(received) < commands.length) return;
+      const replies = countReplies(received);
+      if (replies === NOT_RESP) {
+        const shown = JSON.stringify(
+          received
+            .subarray(0, 16)
+            .toString('latin1')
+            .replace(/[^\x20-\x7e]/g, '?'),
+        );
+        finish(false, `upstream ${address} does not speak RESP (it answered ${shown}...)`);
+        return;
+      }
+      if (replies < commands.length) return;
       // -NOAUTH means reachable: the clients bring their own credentials.
       const error = /^-(?!NOAUTH)(.*)$/m.exec(received.toString('latin1'));
       if (error) finish(false, `upstream ${address} answered: ${error[1].trim()}`);
@@ -32,9 +43,12 @@ export function probeUpstream(connector: UpstreamConnector, timeoutMs: number): 
   });
 }
 
+/** countReplies' answer for bytes that are not RESP. */
+const NOT_RESP = -1;
+
 function countReplies(bytes: Buffer): number {
   const scanner = new ReplyScanner();
   scanner.newChunk();
   scanner.scan(bytes, 0, Number.MAX_SAFE_INTEGER);
-  return scanner.replies;
+  return scanner.error === '' ? scanner.replies : NOT_RESP;
 }

@@ -11,6 +11,8 @@ export const REFUSAL_SUMMARY_MS = 10_000;
 
 interface Period {
   upstream: string;
+  /** What the refusals are about: the first one's. */
+  message: string;
   refused: number;
   /** Refusals by error text. */
   errors: Map<string, number>;
@@ -26,11 +28,14 @@ export class RefusalLog {
     private readonly periodMs = REFUSAL_SUMMARY_MS,
   ) {}
 
-  /** A client connection was refused: `upstream` (as shown in logs) could not be reached at `address`. */
-  refused(upstream: string, address: string, error: string): void {
+  /**
+   * A client connection was refused: `upstream` (as shown in logs) could not serve it at
+   * `address`, by default because it could not be reached.
+   */
+  refused(upstream: string, address: string, error: string, message = 'upstream unreachable'): void {
     if (this.period === null) {
-      this.log.warn({ upstream, address, err: error }, 'upstream unreachable');
-      this.startPeriod(upstream);
+      this.log.warn({ upstream, address, err: error }, message);
+      this.startPeriod(upstream, message);
       return;
     }
     this.period.refused++;
@@ -42,8 +47,8 @@ export class RefusalLog {
     this.period = null;
   }
 
-  private startPeriod(upstream: string): void {
-    this.period = { upstream, refused: 0, errors: new Map() };
+  private startPeriod(upstream: string, message: string): void {
+    this.period = { upstream, message, refused: 0, errors: new Map() };
     this.timer = setTimeout(() => this.endPeriod(), this.periodMs);
     this.timer.unref();
   }
@@ -54,8 +59,8 @@ export class RefusalLog {
     if (period.refused === 0) return; // quiet: the next refusal is logged at once
     this.log.warn(
       { upstream: period.upstream, refused: period.refused, periodMs: this.periodMs, errors: Object.fromEntries(period.errors) },
-      'upstream unreachable: more client connections refused',
+      `${period.message}: more client connections refused`,
     );
-    this.startPeriod(period.upstream); // still refusing: one line per period
+    this.startPeriod(period.upstream, period.message); // still refusing: one line per period
   }
 }

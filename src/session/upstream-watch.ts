@@ -1,0 +1,69 @@
+/**
+ * --upstream-timeout-ms: a connection whose Redis has sent nothing for that long while a reply
+ * is due is closed, as HAProxy's `timeout server` or Envoy's `op_timeout` would: Redis, or the
+ * network to it, has stalled, and the client should learn it rather than wait for ever. It is
+ * "nothing for that long", not "one command for that long": a large reply that keeps coming, or
+ * a deep pipeline Redis works through, is progress.
+ *
+ * Replies that may legitimately take as long as other clients make them are exempt: while a
+ * blocking command (BLPOP, XREAD, WAIT, ...) is unanswered, and on a connection whose replies
+ * are not counted (subscriptions, MONITOR).
+ *
+ * One timer per connection, made on first use and re-armed (refresh) rather than made again, so
+ * a request costs at most a re-arm; none at all with the setting off.
+ */
+
+/** What the watch needs of its session. */
+export interface UpstreamWatchPort {
+  /** A reply is due, counted (not a pipe), and the connection is not closing. */
+  readonly awaitingReply: boolean;
+  /** Redis sent nothing for `ms` while a reply was due. */
+  upstreamSilent(ms: number): void;
+}
+
+export class UpstreamWatch {
+  private timer: NodeJS.Timeout | undefined;
+  private armed = false;
+  /** A blocking command is unanswered: no timeout until every reply due is in. */
+  private blocking = false;
+
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly port: UpstreamWatchPort,
+  ) {}
+
+  /** Requests went upstream: replies are due, and the clock runs if it does not. */
+  sent(): void {
+    if (this.armed || this.blocking) return;
+    this.armed = true;
+    if (this.timer === undefined) {
+      this.timer = setTimeout(() => this.fired(), this.timeoutMs);
+      this.timer.unref();
+    } else {
+      this.timer.refresh();
+    }
+  }
+
+  /** A blocking command went upstream. */
+  blockingSent(): void {
+    this.blocking = true;
+  }
+
+  /** Bytes came from Redis: progress. Once nothing is due any more, a blocking command is answered too. */
+  heard(): void {
+    if (!this.port.awaitingReply) this.blocking = false;
+    if (this.armed) (this.timer as NodeJS.Timeout).refresh();
+  }
+
+  /** The connection is closed. */
+  stop(): void {
+    clearTimeout(this.timer);
+    this.armed = false;
+  }
+
+  private fired(): void {
+    this.armed = false;
+    if (this.blocking || !this.port.awaitingReply) return;
+    this.port.upstreamSilent(this.timeoutMs);
+  }
+}
