@@ -481,7 +481,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.ctx.stats.bytesFromUpstream += chunk.length;
     if (this.upstreamSilentSoFar) {
       this.upstreamSilentSoFar = false;
-      if (!isReplyTypeByte(chunk[0])) return this.notResp(chunk);
+      // A newline is what a master sends a replica (SYNC) while its snapshot is being made.
+      if (!isReplyTypeByte(chunk[0]) && chunk[0] !== 0x0a) return this.notResp(chunk);
     }
     this.watch?.heard();
     if (this.replies.passingThrough) {
