@@ -14,6 +14,7 @@ import type { NodeDirectory } from './cluster/rewrite.js';
 import type { Config } from './config.js';
 import { changedSettings, type OptionName } from './settings.js';
 import type { Logger } from './log.js';
+import { loadCensus } from './rules/census.js';
 import { describeRules, RuleStore } from './rules/store.js';
 import { effectiveMode } from './rules/types.js';
 import { startProxy, type ProxyServer } from './server.js';
@@ -79,11 +80,13 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   const stats = new Stats();
   const refusals = new RefusalLog(log);
   const rules = new RuleStore({ paths: config.rulePaths, release: config.release, mode: config.mode }, log, stats);
+  const census = loadCensus(log);
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
   for (const warning of config.warnings) log.warn(warning);
   const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
     upstream,
     rules: () => rules.current,
+    census,
     // Read for every block, so that a reload applies to open connections too.
     get mode() {
       return rules.mode;

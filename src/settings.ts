@@ -66,7 +66,7 @@ export const OPTIONS = {
     default: 3_600_000,
     min: 0,
     max: 86_400_000,
-    help: 'how often to log whether old-shape lock attempts (MULTI/INCRBY/EXPIRE/EXEC) were seen (0: never)',
+    help: 'how often to log which lock attempts came: old-shape ones (MULTI/INCRBY/EXPIRE/EXEC), only fixed-shape ones (SET NX EX), or none (0: never)',
   },
   'lock-scan-interval-ms': {
     kind: 'integer',

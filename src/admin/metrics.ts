@@ -176,13 +176,21 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
   });
   labelledCounter(
     'lock_attempts_total',
-    'Lock attempts on the keys a rule names, by shape: incrby-expire (MULTI/INCRBY/EXPIRE/EXEC, affected releases), set-nx (SET NX EX, fixed ones).',
+    "Lock attempts by shape: incrby-expire (MULTI/INCRBY/EXPIRE/EXEC, affected releases), set-nx (SET NX EX, fixed ones), on the keys of a loaded rule or of any shipped release line's rule, whatever is rewritten.",
     ['rule', 'shape'],
     (emit) => {
-      for (const [rule, counts] of stats.byRule) {
-        emit({ rule, shape: 'incrby-expire' }, counts.seen);
+      for (const [rule, counts] of stats.attempts) {
+        emit({ rule, shape: 'incrby-expire' }, counts.oldShape);
         emit({ rule, shape: 'set-nx' }, counts.fixedShape);
       }
+    },
+  );
+  labelledCounter(
+    'lock_shaped_unmatched_total',
+    'Lock-shaped traffic no rule covers: whole MULTI/INCR|INCRBY/EXPIRE|PEXPIRE/EXEC blocks on one key that no loaded rule names, sent unchanged, by key prefix (a text prefix up to its ":", else the first byte in hex; at most 64 prefixes, then "other").',
+    ['prefix'],
+    (emit) => {
+      for (const [prefix, value] of stats.uncovered) emit({ prefix }, value);
     },
   );
 
