@@ -15,7 +15,7 @@ import type { Config } from './config.js';
 import { changedSettings, type OptionName } from './settings.js';
 import type { Logger } from './log.js';
 import { loadCensus } from './rules/census.js';
-import { describeRules, RuleStore } from './rules/store.js';
+import { describeRules, releasesText, RuleStore } from './rules/store.js';
 import { effectiveMode } from './rules/types.js';
 import { startProxy, type ProxyServer } from './server.js';
 import type { ProxyContext } from './session/context.js';
@@ -162,6 +162,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   if (adminListen !== null) {
     admin = await startAdminServer(adminListen, {
       registry: createMetricsRegistry(stats, {
+        build: () => ({ version: packageVersion(), ruleReleases: releasesText(rules.current) }),
         rulesLoaded: () => rules.current.rules.length,
         ruleFiles: () => rules.current.files,
         clusterNodes: cluster === null ? undefined : () => cluster.nodes(),
@@ -321,7 +322,10 @@ function describeApp(
   };
 }
 
+let version: string | undefined;
+
+/** The package's version (read once: build_info asks at every scrape). */
 export function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
+  version ??= (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  return version;
 }

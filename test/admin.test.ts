@@ -270,6 +270,20 @@ describe('createMetricsRegistry', () => {
     expect(textB.split('\n')).toContain(`${P}rule_file_info{file="x\\"y.yaml"} 1`);
   });
 
+  it("exposes build_info: the version, the Node.js version and the rules' releases, as they are at each scrape", async () => {
+    let releases = 'Stalwart 0.15.0 - 0.15.5';
+    const registry = createMetricsRegistry(new Stats(), { build: () => ({ version: '1.2.3', ruleReleases: releases }) });
+    const info = async () => (await registry.metrics()).split('\n').filter((l) => l.startsWith(`${P}build_info`));
+    expect(await info()).toEqual([
+      `${P}build_info{version="1.2.3",node_version="${process.version}",rule_releases="Stalwart 0.15.0 - 0.15.5"} 1`,
+    ]);
+    releases = 'Stalwart 0.16.0 - 0.16.15'; // the rules were reloaded
+    expect(await info()).toEqual([
+      `${P}build_info{version="1.2.3",node_version="${process.version}",rule_releases="Stalwart 0.16.0 - 0.16.15"} 1`,
+    ]);
+    expect(await createMetricsRegistry(new Stats()).metrics()).not.toContain(`${P}build_info`);
+  });
+
   it('keeps the scrape working when a total is not a valid counter value', async () => {
     const stats = new Stats();
     stats.connectionsTotal = Number.NaN;

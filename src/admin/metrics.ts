@@ -18,6 +18,8 @@ import type { LockScanState, RuleLockCounts } from './lock-scan.js';
 const PREFIX = 'redis_lock_proxy_';
 
 export interface MetricsOptions {
+  /** The version and what the loaded rules are for; `build_info` is exposed only when given. */
+  build?: () => { version: string; ruleReleases: string };
   /** Number of rules currently loaded; `rules_loaded` is exposed only when given. */
   rulesLoaded?: () => number;
   /** Rule files currently loaded; `rule_file_info{file}` is exposed only when given. */
@@ -193,6 +195,21 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
       for (const [prefix, value] of stats.uncovered) emit({ prefix }, value);
     },
   );
+
+  const { build } = opts;
+  if (build !== undefined) {
+    new Gauge({
+      name: PREFIX + 'build_info',
+      help: 'The running build (always 1): its version, the Node.js version, and the releases the loaded rules are for.',
+      labelNames: ['version', 'node_version', 'rule_releases'],
+      registers,
+      collect() {
+        this.reset();
+        const info = build();
+        this.set({ version: info.version, node_version: process.version, rule_releases: info.ruleReleases }, 1);
+      },
+    });
+  }
 
   const { ready, lockScan } = opts;
   if (ready !== undefined) {

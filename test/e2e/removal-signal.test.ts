@@ -15,6 +15,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPORT_MESSAGES, verdictOf, type PeriodVerdict } from '../../src/admin/attempt-report.js';
+import { VERSION } from '../support/cli.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, RawClient } from '../support/resp.js';
@@ -126,9 +127,13 @@ describe('narrowed with --stalwart 0.15.3', () => {
           // Not rewritten, and not a block of a loaded rule.
           sample(text, 'redis_lock_proxy_blocks_total{rule="stalwart-task-lock",outcome="seen"}'),
           sample(text, 'redis_lock_proxy_block_releases_total{reason="no-rule"}'),
+          sample(
+            text,
+            `redis_lock_proxy_build_info{version="${VERSION}",node_version="${process.version}",rule_releases="Stalwart 0.15.0 - 0.15.5"}`,
+          ),
         ];
       })
-      .toEqual([3, 2, 3, undefined, 3]);
+      .toEqual([3, 2, 3, undefined, 3, 1]);
   });
 
   it('says that a period without lock traffic showed nothing, not that no old-shape attempt came', async () => {
