@@ -19,7 +19,7 @@ import { USAGE } from './settings.js';
 import { announceReadiness } from './startup-readiness.js';
 
 async function run(config: Config, argv: string[]): Promise<void> {
-  const log = createLogger(config.logLevel);
+  const log = createLogger(config.logLevel, config.logTime);
   const app = await startApp(config, log);
   const notifier = await serviceNotifier(process.env, log);
   let stopReadiness = (): void => {};

@@ -9,6 +9,7 @@ import net from 'node:net';
 import { stringify as toYaml } from 'yaml';
 import { formatAddress, parseAddress, type Address } from './address.js';
 import { ConfigError } from './errors.js';
+import { LOG_TIMES, type LogTime } from './log.js';
 import { LOCK_METHOD_SETTINGS, type LockMethodSetting } from './lock/lock-method.js';
 import type { ReleaseFilter } from './rules/loader.js';
 import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
@@ -74,6 +75,8 @@ export interface Config {
   readonly holdMs: number;
   readonly connectTimeoutMs: number;
   readonly logLevel: string;
+  /** How log lines give their time. */
+  readonly logTime: LogTime;
   /** `observe` makes every rule observe-only; `enforce` leaves each rule's own mode. */
   readonly mode: RuleMode;
   /** Admin HTTP address, or null when disabled. */
@@ -167,6 +170,11 @@ function buildConfig(settings: RawSettings): Config {
   if (!LOG_LEVELS.includes(logLevel)) {
     throw settingError(settings, 'log-level', `log-level must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
   }
+  const logTime = text(settings, 'log-time');
+  const knownLogTime = LOG_TIMES.find((choice) => choice === logTime);
+  if (knownLogTime === undefined) {
+    throw settingError(settings, 'log-time', `log-time must be one of ${LOG_TIMES.join(', ')}, got "${logTime}"`);
+  }
   const mode = text(settings, 'mode');
   if (mode !== 'enforce' && mode !== 'observe') throw settingError(settings, 'mode', `mode must be enforce or observe, got "${mode}"`);
   const adminText = text(settings, 'admin-listen') ?? 'off';
@@ -189,6 +197,7 @@ function buildConfig(settings: RawSettings): Config {
     holdMs: integer(settings, 'hold-ms'),
     connectTimeoutMs: integer(settings, 'connect-timeout-ms'),
     logLevel,
+    logTime: knownLogTime,
     mode,
     adminListen: adminText === 'off' ? null : checkSetting(settings, 'admin-listen', () => parseAddress(adminText, 'admin-listen address')),
     watchRules: boolean(settings, 'watch-rules'),

@@ -154,6 +154,11 @@ export const OPTIONS = {
     help: 'how often the cluster topology is asked again',
   },
   'log-level': { kind: 'string', default: 'info', help: 'fatal|error|warn|info|debug|trace|silent' },
+  'log-time': {
+    kind: 'string',
+    default: 'epoch',
+    help: "how log lines give their time: epoch (milliseconds since 1970, pino's own) or iso (ISO 8601 in UTC, as 2026-05-01T10:00:00.000Z)",
+  },
 } as const satisfies Record<string, OptionSpec>;
 
 export type OptionName = keyof typeof OPTIONS;

@@ -39,6 +39,7 @@ describe('resolveConfig', () => {
       holdMs: 10,
       connectTimeoutMs: 5000,
       logLevel: 'info',
+      logTime: 'epoch',
       mode: 'enforce',
       adminListen: { host: '127.0.0.1', port: 9180 },
       watchRules: false,
@@ -78,6 +79,8 @@ describe('resolveConfig', () => {
       '1500',
       '--log-level',
       'debug',
+      '--log-time',
+      'iso',
     ]);
     expect(config.listen).toEqual({ host: '0.0.0.0', port: 7000 });
     expect(config.upstream).toMatchObject({ host: '10.0.0.5', port: 6390, password: 'pw', db: 4 });
@@ -85,6 +88,7 @@ describe('resolveConfig', () => {
     expect(config.holdMs).toBe(25);
     expect(config.connectTimeoutMs).toBe(1500);
     expect(config.logLevel).toBe('debug');
+    expect(config.logTime).toBe('iso');
   });
 
   it('accepts --flag=value', () => {

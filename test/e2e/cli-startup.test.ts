@@ -123,6 +123,25 @@ describe('running', () => {
     }
   });
 
+  it("gives log times as ISO 8601 with --log-time iso, and as pino's milliseconds by default", async () => {
+    for (const [flags, time] of [
+      [['--log-time', 'iso'], /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/],
+      [[], /^\d{13}$/],
+    ] as const) {
+      const cli = new Cli(['--listen', '127.0.0.1:0', '--upstream', redis.url, ...flags], cleanEnv());
+      try {
+        const ready = await cli.waitForLog('redis-lock-proxy listening');
+        expect(String(ready.time)).toMatch(time);
+        expect(typeof ready.time).toBe(flags.length > 0 ? 'string' : 'number');
+      } finally {
+        cli.kill('SIGTERM');
+        await cli.stop();
+      }
+    }
+    const wrong = await runCli(['--log-time', 'local']);
+    expect([wrong.code, wrong.stderr]).toEqual([2, 'redis-lock-proxy: log-time must be one of epoch, iso, got "local"\n']);
+  });
+
   it('is configured the same way by REDIS_LOCK_PROXY_* environment variables', async () => {
     const port = await freePort();
     const rules = writeTmp(
