@@ -74,13 +74,29 @@ export interface ReleaseFilter {
  */
 export function loadRules(paths: readonly string[], release?: ReleaseFilter): RuleSet {
   const found = paths.flatMap(ruleFilesAt);
-  let parsed = found.map((file) => ({ file, ...parseRuleFile(readRuleFile(file), file) }));
+  let parsed = found.map((file) => ({ file, ...parseRuleFileOnce(readRuleFile(file), file) }));
   if (release !== undefined) parsed = filesFor(release, parsed, paths);
   return createRuleSet(
     parsed.flatMap((one) => one.rules),
     parsed.map((one) => one.file),
     parsed.flatMap((one) => one.releases),
   );
+}
+
+/**
+ * The last parse of each file, with the text it was parsed from. Parsing takes tens of
+ * milliseconds, and the same files are read more than once (the shipped ones for the rules in
+ * force and for the attempt census; all of them at each reload): a text read again unchanged is
+ * not parsed again. Any change to the text parses it anew.
+ */
+const lastParse = new Map<string, { text: string; parsed: RuleFile }>();
+
+function parseRuleFileOnce(text: string, file: string): RuleFile {
+  const last = lastParse.get(file);
+  if (last !== undefined && last.text === text) return last.parsed;
+  const parsed = parseRuleFile(text, file);
+  lastParse.set(file, { text, parsed });
+  return parsed;
 }
 
 function filesFor<T extends RuleFile & { file: string }>(release: ReleaseFilter, files: T[], paths: readonly string[]): T[] {
