@@ -17,7 +17,7 @@ import type { Logger } from './log.js';
 import { loadCensus } from './rules/census.js';
 import { describeRules, releasesText, RuleStore } from './rules/store.js';
 import { effectiveMode } from './rules/types.js';
-import { startProxy, type ProxyServer } from './server.js';
+import { addShutdownCounts, startProxy, type ProxyServer, type ShutdownCount } from './server.js';
 import type { ProxyContext } from './session/context.js';
 import { Stats } from './stats.js';
 import { UpstreamConnector } from './upstream/connect.js';
@@ -56,9 +56,10 @@ export interface App {
   probeUpstream(): Promise<{ ok: boolean; detail: string }>;
   /**
    * Stops accepting, lets connections finish what is in flight (closing those still busy after
-   * `timeoutMs`), then stops the rest: rule watching, the admin server, Sentinel.
+   * `timeoutMs`), then stops the rest: rule watching, the admin server, Sentinel. Resolves with
+   * how many connections were open, and how many of them were cut at the deadline.
    */
-  shutdown(timeoutMs: number): Promise<void>;
+  shutdown(timeoutMs: number): Promise<ShutdownCount>;
   /** Closes everything at once. */
   close(): Promise<void>;
 }
@@ -252,8 +253,9 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     },
     probeUpstream: () => probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)),
     async shutdown(timeoutMs: number) {
-      await Promise.all([seed.shutdown(timeoutMs), cluster?.shutdown(timeoutMs)]);
+      const counts = addShutdownCounts(await Promise.all([seed.shutdown(timeoutMs), cluster?.shutdown(timeoutMs)]));
       await stopRest();
+      return counts;
     },
     async close() {
       await Promise.all([seed.close(), cluster?.close()]);

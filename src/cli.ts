@@ -70,9 +70,13 @@ function handleShutdownSignals(timeoutMs: () => number, log: Logger, app: App, o
       log.error({ timeoutMs: timeout }, 'shutdown did not finish in time; exiting now');
       exitAfterLog(1, LOG_GRACE_MS);
     }, timeout + SHUTDOWN_REST_MS);
-    void app.shutdown(timeout).then(() => {
+    void app.shutdown(timeout).then(({ open, cutAtDeadline }) => {
       clearTimeout(deadline);
-      log.info('shut down');
+      // The summary: how many connections finished what they had in flight, how many were cut.
+      log[cutAtDeadline > 0 ? 'warn' : 'info'](
+        { connections: open, finished: open - cutAtDeadline, cutAtDeadline, timeoutMs: timeout },
+        'shut down',
+      );
       exitAfterLog(0, LOG_GRACE_MS);
     });
   };

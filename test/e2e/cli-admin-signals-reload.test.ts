@@ -179,6 +179,41 @@ describe('signals', () => {
     }
   }, 60_000);
 
+  it('says in its last line how many connections finished and how many were cut at --shutdown-timeout-ms', async () => {
+    const { cli, port } = await startCli(['--shutdown-timeout-ms', '500']);
+    const blocked = await RawClient.connect(port);
+    const idle = await RawClient.connect(port);
+    try {
+      blocked.write(cmd('BLPOP', 'signals:cut', '0'));
+      idle.write(cmd('PING'));
+      expect((await idle.readReplies(1)).toString()).toBe('+PONG\r\n');
+      const admin = await RawClient.connect(redis.port);
+      await expect.poll(async () => /^blocked_clients:(\d+)/m.exec(await admin.call('INFO', 'clients'))?.[1]).toBe('1');
+      await admin.close();
+      cli.kill('SIGTERM');
+      expect((await cli.exited).code).toBe(0);
+      expect(cli.logLines().at(-1)).toMatchObject({
+        msg: 'shut down',
+        level: 40,
+        connections: 2,
+        finished: 1,
+        cutAtDeadline: 1,
+        timeoutMs: 500,
+      });
+      await blocked.readUntilClosed(2000);
+
+      // Nothing in flight: nothing cut, and an info line.
+      const quiet = await startCli([]);
+      quiet.cli.kill('SIGTERM');
+      expect((await quiet.cli.exited).code).toBe(0);
+      expect(quiet.cli.logLines().at(-1)).toMatchObject({ msg: 'shut down', level: 30, connections: 0, finished: 0, cutAtDeadline: 0 });
+    } finally {
+      blocked.destroy();
+      idle.destroy();
+      await cli.stop();
+    }
+  });
+
   it('waits for a busy connection on SIGTERM, and exits at once on a second signal', async () => {
     const { cli, port } = await startCli(['--shutdown-timeout-ms', '30000']);
     try {
