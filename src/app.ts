@@ -12,7 +12,7 @@ import { startAdminServer, type AdminServer } from './admin/server.js';
 import { ClusterManager } from './cluster/manager.js';
 import type { NodeDirectory } from './cluster/rewrite.js';
 import type { Config } from './config.js';
-import { changedSettings, type OptionName } from './settings.js';
+import { changedSettings, OPTIONS, overriddenFileSettings, type OptionName, type OptionSpec } from './settings.js';
 import type { Logger } from './log.js';
 import { loadCensus } from './rules/census.js';
 import { describeRules, releasesText, RuleStore } from './rules/store.js';
@@ -83,6 +83,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   const rules = new RuleStore({ paths: config.rulePaths, release: config.release, mode: config.mode }, log, stats);
   const census = loadCensus(log);
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
+  logOverridden(log, config, undefined);
   for (const warning of config.warnings) log.warn(warning);
   const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
     upstream,
@@ -197,6 +198,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     }
     const changed = changedSettings(config.given, next.given);
     if (!rules.reload(trigger, { paths: next.rulePaths, release: next.release, mode: next.mode })) return;
+    logOverridden(log, next, trigger);
     const needRestart = changed.filter((name) => !RELOADABLE.includes(name));
     const applied = changed.filter((name) => RELOADABLE.includes(name));
     if (next.watchRules !== rules.watched) {
@@ -262,6 +264,23 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
       await stopRest();
     },
   };
+}
+
+/**
+ * Says which source won where the config file gives a setting that a flag or a variable gives
+ * otherwise: an operator who edits the file and reloads must not take the flag's value for the
+ * file's. At start as information, on a reload as a warning.
+ */
+function logOverridden(log: Logger, config: Config, trigger: string | undefined): void {
+  const overridden = overriddenFileSettings(config.given);
+  if (overridden.length === 0) return;
+  const shown = (name: OptionName, value: unknown) => ((OPTIONS[name] as OptionSpec).secret ? '***' : value);
+  const settings = Object.fromEntries(
+    overridden.map((o) => [o.name, { inForce: shown(o.name, o.value), from: o.by, notApplied: shown(o.name, o.fileValue), in: o.file }]),
+  );
+  const message = 'config file settings overridden by flags or environment variables: their values in the file do not apply';
+  if (trigger === undefined) log.info({ settings }, message);
+  else log.warn({ trigger, settings }, message);
 }
 
 function startSentinel(config: Config, log: Logger): Promise<SentinelMonitor | null> {

@@ -11,7 +11,7 @@
  */
 import { packageVersion, startApp, type App } from './app.js';
 import { rereadConfig, resolveConfig, type Config } from './config.js';
-import { ConfigError } from './errors.js';
+import { ConfigError, ConfigProblems } from './errors.js';
 import { createLogger, exitAfterLog, type Logger } from './log.js';
 import type { Io } from './ops/command.js';
 import { serviceNotifier } from './service-notify.js';
@@ -160,7 +160,9 @@ async function main(): Promise<void> {
     }
   } catch (err) {
     const error = err as NodeJS.ErrnoException;
-    process.stderr.write(`redis-lock-proxy: ${error.message}\n`);
+    // Several wrong settings: one line each.
+    for (const problem of err instanceof ConfigProblems ? err.problems : [error])
+      process.stderr.write(`redis-lock-proxy: ${problem.message}\n`);
     // Exit now: a listener or sentinel connection opened before the failure would keep the process alive.
     exitAfterLog(error.code === 'ECONFIG' || error.code === 'ERULEFILE' ? 2 : 1, LOG_GRACE_MS);
   }

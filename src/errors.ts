@@ -9,6 +9,31 @@ export class ConfigError extends Error {
   readonly code = 'ECONFIG';
 }
 
+/**
+ * Several settings are wrong at once (`check` names them all; a start stops at them): each is a
+ * ConfigError of its own, in `problems`, one line of the message each. Exit code 2.
+ */
+export class ConfigProblems extends ConfigError {
+  constructor(readonly problems: readonly Error[]) {
+    super(problems.map((problem) => problem.message).join('\n'));
+  }
+}
+
+/** Runs each check, and throws what they threw: nothing, the one error as it is, or ConfigProblems of them all. */
+export function allChecked(checks: ReadonlyArray<() => unknown>): void {
+  const problems: Error[] = [];
+  for (const check of checks) {
+    try {
+      check();
+    } catch (err) {
+      if (!(err instanceof ConfigError)) throw err;
+      problems.push(...(err instanceof ConfigProblems ? err.problems : [err]));
+    }
+  }
+  if (problems.length === 1) throw problems[0];
+  if (problems.length > 1) throw new ConfigProblems(problems);
+}
+
 /** An operator command (`verify`, `locks`) was given options it cannot use. Exit code 2. */
 export class UsageError extends Error {
   readonly code = 'EUSAGE';

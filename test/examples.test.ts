@@ -13,7 +13,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
-import { envName, OPTIONS } from '../src/settings.js';
+import { envName, OPTIONS, OTHER_VARIABLES } from '../src/settings.js';
 import { PROGRAM_FLAGS } from './support/cli-flags.js';
 import { ROOT } from './support/cli.js';
 import { startTestProxy, type TestProxy } from './support/proxy.js';
@@ -45,7 +45,6 @@ function imageDefaults(): { env: Map<string, string>; exposed: number[] } {
 }
 
 const port = (address: string) => Number(address.slice(address.lastIndexOf(':') + 1));
-const OTHER_VARIABLES = new Set(['REDIS_LOCK_PROXY_CONFIG', 'REDIS_LOCK_PROXY_VERIFY_USER', 'REDIS_LOCK_PROXY_VERIFY_PASSWORD']);
 
 describe('examples/', () => {
   it('is what the README points to, and every file parses', () => {
@@ -60,7 +59,7 @@ describe('examples/', () => {
   });
 
   it('uses only variables, flags and config keys the proxy has', () => {
-    const variables = new Set([...Object.keys(OPTIONS).map(envName), ...OTHER_VARIABLES]);
+    const variables = new Set([...Object.keys(OPTIONS).map(envName), ...Object.keys(OTHER_VARIABLES)]);
     for (const file of FILES) {
       for (const [name] of read(file).matchAll(/REDIS_LOCK_PROXY_[A-Z_]+/g)) expect(variables, `${file}: ${name}`).toContain(name);
       for (const [, flag] of read(file).matchAll(/"--([a-z][a-z0-9-]*)"/g)) expect(PROGRAM_FLAGS, `${file}: --${flag}`).toContain(flag);

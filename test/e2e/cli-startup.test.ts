@@ -279,26 +279,39 @@ describe('config file', () => {
     }
   });
 
-  it('refuses unknown settings and wrong types, naming them', async () => {
-    const typo = writeTmp('typo.yaml', 'listne: 127.0.0.1:1\n');
+  it('refuses unknown settings and wrong types, naming the file, the line and the key of each', async () => {
+    const typo = writeTmp('typo.yaml', '# the proxy\nlistne: 127.0.0.1:1\nwatch-rules: sometimes\n');
     const exit = await runCli(['--config', typo]);
     expect(exit.code).toBe(2);
-    expect(exit.stderr).toContain(`config file ${typo}: unknown setting "listne"`);
-    const wrong = writeTmp('wrong.yaml', 'watch-rules: sometimes\n');
-    const exit2 = await runCli(['--config', wrong]);
-    expect(exit2.code).toBe(2);
-    expect(exit2.stderr).toContain('setting "watch-rules" must be true or false');
-    // A value of the right YAML type that the setting refuses names the file and the key too.
+    expect(exit.stderr).toBe(
+      `redis-lock-proxy: config file ${typo}, line 2, setting "listne": unknown setting (did you mean listen? settings are named like the flags)\n` +
+        `redis-lock-proxy: config file ${typo}, line 3, setting "watch-rules": must be true or false, got "sometimes"\n`,
+    );
+    // A value of the right YAML type that the setting refuses names the file, the line and the key too.
     const ten = writeTmp('ten.yaml', 'hold-ms: ten\n');
     const exit3 = await runCli(['--config', ten]);
     expect(exit3.code).toBe(2);
     expect(exit3.stderr).toBe(
-      `redis-lock-proxy: config file ${ten}, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"\n`,
+      `redis-lock-proxy: config file ${ten}, line 1, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"\n`,
     );
     const mode = writeTmp('mode.yaml', 'mode: enforcing\n');
     expect((await runCli(['--config', mode])).stderr).toBe(
-      `redis-lock-proxy: config file ${mode}, setting "mode": mode must be enforce or observe, got "enforcing"\n`,
+      `redis-lock-proxy: config file ${mode}, line 1, setting "mode": mode must be enforce or observe, got "enforcing"\n`,
     );
+    const broken = writeTmp('broken.yaml', 'listen: 127.0.0.1:1\nmode: a: b\n');
+    const yamlError = (await runCli(['--config', broken])).stderr;
+    expect(yamlError.startsWith(`redis-lock-proxy: config file ${broken}: not valid YAML: `)).toBe(true);
+    expect(yamlError).toMatch(/ at line 2, column \d+:?\n$/);
+  });
+
+  it('refuses an unknown REDIS_LOCK_PROXY_* variable, naming the nearest known one, as an unknown flag', async () => {
+    const exit = await runCli([], { REDIS_LOCK_PROXY_HOLDMS: '50' });
+    expect([exit.code, exit.stdout]).toEqual([2, '']);
+    expect(exit.stderr).toBe(
+      'redis-lock-proxy: REDIS_LOCK_PROXY_HOLDMS is not a variable of redis-lock-proxy (did you mean REDIS_LOCK_PROXY_HOLD_MS?)\n',
+    );
+    const flag = await runCli(['--holdms', '50']);
+    expect([flag.code, flag.stderr]).toEqual([2, 'redis-lock-proxy: unknown flag --holdms (did you mean --hold-ms?) (see --help)\n']);
   });
 
   it('a wrong value in a variable names the variable', async () => {
