@@ -3,6 +3,7 @@
  * Entry point.
  *
  *   redis-lock-proxy [options]            run the proxy
+ *   redis-lock-proxy check [options]      check what a start would use, without starting
  *   redis-lock-proxy verify --via ADDR    prove the fix through a running proxy
  *   redis-lock-proxy locks --upstream URL list (and release) lock keys
  *
@@ -106,8 +107,19 @@ function stopWithLauncher(log: Logger, shutdown: (signal: string) => void): void
   timer.unref();
 }
 
-/** `verify` and `locks`: operator tools in their own modules, loaded only when used. */
-async function runSubcommand(name: 'verify' | 'locks', argv: string[]): Promise<number> {
+/** The operator commands, each in a module of its own, loaded only when used. */
+const SUBCOMMANDS = {
+  check: () => import('./ops/check.js'),
+  verify: () => import('./ops/verify.js'),
+  locks: () => import('./ops/locks.js'),
+} as const;
+type Subcommand = keyof typeof SUBCOMMANDS;
+
+function isSubcommand(name: string | undefined): name is Subcommand {
+  return name !== undefined && Object.hasOwn(SUBCOMMANDS, name);
+}
+
+async function runSubcommand(name: Subcommand, argv: string[]): Promise<number> {
   const io: Io = {
     stdout: (t) => process.stdout.write(t),
     stderr: (t) => process.stderr.write(t),
@@ -115,7 +127,7 @@ async function runSubcommand(name: 'verify' | 'locks', argv: string[]): Promise<
     stderrIsTerminal: process.stderr.isTTY,
     confirm: process.stdin.isTTY && process.stderr.isTTY ? askOnTerminal : undefined,
   };
-  const module = name === 'verify' ? await import('./ops/verify.js') : await import('./ops/locks.js');
+  const module = await SUBCOMMANDS[name]();
   return module.run(argv, io);
 }
 
@@ -133,14 +145,14 @@ async function askOnTerminal(question: string): Promise<boolean> {
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   try {
-    if (argv[0] === 'verify' || argv[0] === 'locks') {
+    if (isSubcommand(argv[0])) {
       process.exitCode = await runSubcommand(argv[0], argv.slice(1));
       return;
     }
     if (argv[0] !== undefined && !argv[0].startsWith('-')) {
       throw new ConfigError(
-        `unknown command "${argv[0]}": the commands are verify (prove the fix through a running proxy) and ` +
-          'locks (list and release lock keys); without a command it runs the proxy (see --help)',
+        `unknown command "${argv[0]}": the commands are check (check a configuration without starting), verify (prove ` +
+          'the fix through a running proxy) and locks (list and release lock keys); without a command it runs the proxy (see --help)',
       );
     }
     const request = resolveConfig(argv, process.env);

@@ -8,10 +8,10 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { stringify as toYaml } from 'yaml';
 import { formatAddress, parseAddress, type Address } from './address.js';
-import { allChecked, ConfigError } from './errors.js';
+import { allChecked, ConfigError, throwProblems } from './errors.js';
 import { LOG_TIMES, type LogTime } from './log.js';
 import { LOCK_METHOD_SETTINGS, type LockMethodSetting } from './lock/lock-method.js';
-import type { ReleaseFilter } from './rules/loader.js';
+import { ruleProblems, type ReleaseFilter } from './rules/loader.js';
 import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
 import type { RuleMode } from './rules/types.js';
 import {
@@ -160,7 +160,11 @@ export function resolveConfig(argv: string[], env: NodeJS.ProcessEnv): CliReques
   if (flags.version) return { kind: 'version' };
   const settings = readSettings(flags, env);
   const config = buildConfig(settings);
-  if (flags['print-config']) return { kind: 'print-config', text: describeSettings(settings, config) };
+  if (flags['print-config']) {
+    // It prints what a start would run with, so it fails where a start (and `check`) would: on the rules too.
+    throwProblems(ruleProblems(config.rulePaths, config.release));
+    return { kind: 'print-config', text: describeSettings(settings, config) };
+  }
   return { kind: 'run', config };
 }
 
@@ -168,7 +172,7 @@ export function resolveConfig(argv: string[], env: NodeJS.ProcessEnv): CliReques
  * The settings checked: first each on its own, every wrong one named at once (ConfigProblems);
  * then those that go together, in the order their errors are reported.
  */
-function buildConfig(settings: RawSettings): Config {
+export function buildConfig(settings: RawSettings): Config {
   checkEachSetting(settings);
   const logLevel = logLevelFrom(settings);
   const mode = modeFrom(settings);

@@ -6,8 +6,8 @@
  * settings into a Config.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { readConfigFile } from './config-file.js';
-import { allChecked, ConfigError } from './errors.js';
+import { readConfigFile, type FileEntry } from './config-file.js';
+import { ConfigError, problemsFrom, throwProblems } from './errors.js';
 import { nearestName } from './nearest-name.js';
 
 type Kind = 'string' | 'integer' | 'boolean' | 'list';
@@ -208,6 +208,7 @@ export function unknownVariables(env: NodeJS.ProcessEnv): ConfigError[] {
 }
 
 export const USAGE = `Usage: redis-lock-proxy [options]
+       redis-lock-proxy check [options]             check what a start would use, without starting
        redis-lock-proxy verify --via HOST:PORT      prove the fix through a running proxy
        redis-lock-proxy locks --upstream URL        list (and release) lock keys
 
@@ -226,7 +227,7 @@ ${(Object.entries(OPTIONS) as Array<[string, OptionSpec]>)
   --config FILE
       YAML file with any of the settings above as keys (rules and sentinel as lists)
   --print-config
-      print the effective configuration (secrets masked) and exit
+      print the effective configuration (secrets masked) and exit; fails, as check does, on any problem
   -h, --help        show this help
   -v, --version     show the version
 `;
@@ -267,17 +268,23 @@ export function flagProblem(err: Error & { code?: string }, known: readonly stri
  * refused, all of them named.
  */
 export function readSettings(flags: Record<string, unknown>, env: NodeJS.ProcessEnv): RawSettings {
+  const { settings, problems } = readSettingsAndProblems(flags, env);
+  throwProblems(problems);
+  return settings;
+}
+
+/**
+ * The settings as readSettings reads them, and its problems instead of an error, for `check`:
+ * unknown variables are left out, and a config file that does not read gives nothing.
+ */
+export function readSettingsAndProblems(
+  flags: Record<string, unknown>,
+  env: NodeJS.ProcessEnv,
+): { settings: RawSettings; problems: Error[] } {
   const configFile = (flags.config as string | undefined) ?? env.REDIS_LOCK_PROXY_CONFIG;
-  let file: RawSettings = {};
-  allChecked([
-    ...unknownVariables(env).map((problem) => () => {
-      throw problem;
-    }),
-    () => {
-      if (configFile) file = fromFile(configFile);
-    },
-  ]);
-  return merge(flags, fromEnv(env), file);
+  const file: RawSettings = { [SOURCES]: {} };
+  const problems = [...unknownVariables(env), ...(configFile ? fromFile(configFile, file) : [])];
+  return { settings: merge(flags, fromEnv(env), file), problems };
 }
 
 /**
@@ -320,22 +327,25 @@ export function splitList(value: string): string[] {
     .filter((part) => part !== '');
 }
 
-/** The config file's settings; every unknown key and wrong value is named, with its line. */
-function fromFile(file: string): RawSettings {
-  const settings: RawSettings = { [SOURCES]: {} };
+/** Reads the config file's settings into `settings`; returns its problems: every unknown key and wrong value, with its line. */
+function fromFile(file: string, settings: RawSettings): Error[] {
   const known = Object.keys(OPTIONS);
-  allChecked(
-    readConfigFile(file).map(({ key, value, line }) => () => {
-      const where = `config file ${file}, line ${line}, setting "${key}"`;
-      if (!known.includes(key)) {
-        throw new ConfigError(`${where}: unknown setting (did you mean ${nearestName(key, known)}? settings are named like the flags)`);
-      }
-      const spec: OptionSpec = OPTIONS[key as OptionName];
-      settings[key as OptionName] = fileValue(where, spec, value);
-      (settings[SOURCES] as Record<string, string>)[key] = where;
-    }),
-  );
-  return settings;
+  let entries: FileEntry[] = [];
+  const unread = problemsFrom([() => (entries = readConfigFile(file))]);
+  return [
+    ...unread,
+    ...problemsFrom(
+      entries.map(({ key, value, line }) => () => {
+        const where = `config file ${file}, line ${line}, setting "${key}"`;
+        if (!known.includes(key)) {
+          throw new ConfigError(`${where}: unknown setting (did you mean ${nearestName(key, known)}? settings are named like the flags)`);
+        }
+        const spec: OptionSpec = OPTIONS[key as OptionName];
+        settings[key as OptionName] = fileValue(where, spec, value);
+        (settings[SOURCES] as Record<string, string>)[key] = where;
+      }),
+    ),
+  ];
 }
 
 function fileValue(where: string, spec: OptionSpec, value: unknown): RawValue {

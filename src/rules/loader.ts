@@ -42,7 +42,7 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseDocument, type Document } from 'yaml';
-import { RuleFileError } from '../errors.js';
+import { problemsFrom, RuleFileError } from '../errors.js';
 import { matchesLayout } from './key-layout.js';
 import { formatRange, formatVersion, parseReleaseRange, rangeContains, type ReleaseRange, type Version } from './releases.js';
 import { describeValue, isMapping, parseRule, RuleContext } from './rule-parser.js';
@@ -81,6 +81,18 @@ export function loadRules(paths: readonly string[], release?: ReleaseFilter): Ru
     parsed.map((one) => one.file),
     parsed.flatMap((one) => one.releases),
   );
+}
+
+/**
+ * Every problem loadRules would stop at, for `check`: each path that cannot be read, each file's
+ * first problem (every file is read, not only up to the first bad one), then what only the set
+ * of files shows (a name given two meanings, no file for the release).
+ */
+export function ruleProblems(paths: readonly string[], release?: ReleaseFilter): Error[] {
+  const files: string[] = [];
+  const problems = problemsFrom(paths.map((path) => () => files.push(...ruleFilesAt(path))));
+  problems.push(...problemsFrom(files.map((file) => () => parseRuleFileOnce(readRuleFile(file), file))));
+  return problems.length > 0 ? problems : problemsFrom([() => loadRules(paths, release)]);
 }
 
 /**

@@ -401,8 +401,9 @@ describe('startup failures', () => {
       code: 2,
       stdout: '',
       stderr:
-        'redis-lock-proxy: unknown command "lock": the commands are verify (prove the fix through a running proxy) and ' +
-        'locks (list and release lock keys); without a command it runs the proxy (see --help)\n',
+        'redis-lock-proxy: unknown command "lock": the commands are check (check a configuration without starting), verify ' +
+        '(prove the fix through a running proxy) and locks (list and release lock keys); without a command it runs the proxy ' +
+        '(see --help)\n',
     });
   });
 
