@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { formatAddress, type Address } from './address.js';
 import { createMetricsRegistry } from './admin/metrics.js';
 import { startAttemptReport } from './admin/attempt-report.js';
+import { rulesView } from './admin/rules-view.js';
 import { LockScanner } from './admin/lock-scan.js';
 import { startAdminServer, type AdminServer } from './admin/server.js';
 import { ClusterManager } from './cluster/manager.js';
@@ -173,6 +174,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
         sentinelMajority: sentinel === null ? undefined : () => sentinel.agreement().majority,
       }),
       ready,
+      rules: () => rulesView(rules.current, rules.mode, packageVersion()),
       log,
       onRefused: (reason) => stats.adminConnectionRefused(reason),
     }).catch(async (err: Error) => {

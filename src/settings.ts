@@ -45,7 +45,11 @@ export const OPTIONS = {
   mode: { kind: 'string', default: 'enforce', help: 'enforce (rules decide) or observe (every rule only observes)' },
   'hold-ms': { kind: 'integer', default: 10, min: 1, max: 60_000, help: 'how long an incomplete MULTI block waits for more bytes' },
   'connect-timeout-ms': { kind: 'integer', default: 5000, min: 1, max: 600_000, help: 'upstream connect timeout' },
-  'admin-listen': { kind: 'string', default: '127.0.0.1:9180', help: 'admin HTTP address (/metrics, /healthz, /readyz), or "off"' },
+  'admin-listen': {
+    kind: 'string',
+    default: '127.0.0.1:9180',
+    help: 'admin HTTP address (/metrics, /healthz, /readyz, /rules), or "off"',
+  },
   'watch-rules': { kind: 'boolean', default: false, help: 'reload the rules when a rule file changes (SIGHUP always reloads)' },
   'shutdown-timeout-ms': {
     kind: 'integer',
