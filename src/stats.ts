@@ -113,12 +113,7 @@ export class Stats {
   }
 
   rule(name: string): RuleCounters {
-    let counters = this.byRule.get(name);
-    if (counters === undefined) {
-      counters = new RuleCounters();
-      this.byRule.set(name, counters);
-    }
-    return counters;
+    return entry(this.byRule, name, () => new RuleCounters());
   }
 
   blockSeen(rule: string): void {
@@ -129,12 +124,7 @@ export class Stats {
 
   /** A lock attempt on the keys of `rule` (a loaded rule's or a shipped one's). */
   attempt(rule: string): AttemptCounts {
-    let counts = this.attempts.get(rule);
-    if (counts === undefined) {
-      counts = new AttemptCounts();
-      this.attempts.set(rule, counts);
-    }
-    return counts;
+    return entry(this.attempts, rule, () => new AttemptCounts());
   }
 
   /** A whole lock-shaped block on a key no loaded rule names; `prefix` from keyPrefixLabel. */
@@ -190,6 +180,16 @@ export class Stats {
     this.connectSecondsSum += seconds;
     this.connectCount++;
   }
+}
+
+/** The map's value for `key`, made the first time. */
+function entry<T>(map: Map<string, T>, key: string, make: () => T): T {
+  let value = map.get(key);
+  if (value === undefined) {
+    value = make();
+    map.set(key, value);
+  }
+  return value;
 }
 
 function increment(map: Map<string, number>, key: string): void {

@@ -18,17 +18,12 @@ import { run as verify } from '../../src/ops/verify.js';
 import { ROOT } from '../support/cli.js';
 import { runOp } from '../support/ops.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { sample } from '../support/metrics.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
 const env = redisWithAdmin();
-
-/** The value of one series in a metrics text, or undefined. */
-function sample(text: string, series: string): number | undefined {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
 
 describe('lock attempts by shape', () => {
   let proxy: TestProxy;

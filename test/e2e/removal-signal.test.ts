@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPORT_MESSAGES, verdictOf, type PeriodVerdict } from '../../src/admin/attempt-report.js';
 import { VERSION } from '../support/cli.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { sample } from '../support/metrics.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
@@ -37,12 +38,6 @@ interface Report {
 
 function line(file: string): ReleaseLine {
   return RELEASE_LINES.find((l) => l.file === file) as ReleaseLine;
-}
-
-/** The value of one series in a metrics text, or undefined. */
-function sample(text: string, series: string): number | undefined {
-  const found = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return found === undefined ? undefined : Number(found.slice(series.length + 1));
 }
 
 async function startNarrowedProxy(): Promise<TestProxy> {
