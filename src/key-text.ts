@@ -126,6 +126,8 @@ function unescapedLength(text: string): number {
 /** Longest text prefix (before its `:`) that keyPrefixLabel names as text. */
 const PREFIX_TEXT_MAX = 32;
 const TEXT_PREFIX = /^[A-Za-z0-9_.-]+$/;
+/** `0x00` to `0xff`, made once: a label per counted block allocates nothing. */
+const BYTE_LABELS = Array.from({ length: 256 }, (_, byte) => '0x' + byte.toString(16).padStart(2, '0'));
 
 /**
  * What a key starts with, as a metric label of bounded variety: a text namespace up to and with
@@ -140,5 +142,5 @@ export function keyPrefixLabel(key: Uint8Array): string {
     const text = Buffer.from(key.buffer, key.byteOffset, colon).toString('latin1');
     if (TEXT_PREFIX.test(text)) return `${text}:`;
   }
-  return '0x' + key[0].toString(16).padStart(2, '0');
+  return BYTE_LABELS[key[0]];
 }
