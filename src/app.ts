@@ -6,8 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { formatAddress, type Address } from './address.js';
 import { createMetricsRegistry } from './admin/metrics.js';
-import { startAttemptReport } from './admin/attempt-report.js';
 import { rulesView } from './admin/rules-view.js';
+import { startAttemptReport } from './admin/attempt-report.js';
 import { LockScanner } from './admin/lock-scan.js';
 import { startAdminServer, type AdminServer } from './admin/server.js';
 import { ClusterManager } from './cluster/manager.js';
@@ -268,23 +268,6 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   };
 }
 
-/**
- * Says which source won where the config file gives a setting that a flag or a variable gives
- * otherwise: an operator who edits the file and reloads must not take the flag's value for the
- * file's. At start as information, on a reload as a warning.
- */
-function logOverridden(log: Logger, config: Config, trigger: string | undefined): void {
-  const overridden = overriddenFileSettings(config.given);
-  if (overridden.length === 0) return;
-  const shown = (name: OptionName, value: unknown) => ((OPTIONS[name] as OptionSpec).secret ? '***' : value);
-  const settings = Object.fromEntries(
-    overridden.map((o) => [o.name, { inForce: shown(o.name, o.value), from: o.by, notApplied: shown(o.name, o.fileValue), in: o.file }]),
-  );
-  const message = 'config file settings overridden by flags or environment variables: their values in the file do not apply';
-  if (trigger === undefined) log.info({ settings }, message);
-  else log.warn({ trigger, settings }, message);
-}
-
 function startSentinel(config: Config, log: Logger): Promise<SentinelMonitor | null> {
   if (config.sentinel === null) return Promise.resolve(null);
   return SentinelMonitor.start({
@@ -343,6 +326,23 @@ function describeApp(
     observe: byMode.observe,
     version: packageVersion(),
   };
+}
+
+/**
+ * Says which source won where the config file gives a setting that a flag or a variable gives
+ * otherwise: an operator who edits the file and reloads must not take the flag's value for the
+ * file's. At start as information, on a reload as a warning.
+ */
+function logOverridden(log: Logger, config: Config, trigger: string | undefined): void {
+  const overridden = overriddenFileSettings(config.given);
+  if (overridden.length === 0) return;
+  const shown = (name: OptionName, value: unknown) => ((OPTIONS[name] as OptionSpec).secret ? '***' : value);
+  const settings = Object.fromEntries(
+    overridden.map((o) => [o.name, { inForce: shown(o.name, o.value), from: o.by, notApplied: shown(o.name, o.fileValue), in: o.file }]),
+  );
+  const message = 'config file settings overridden by flags or environment variables: their values in the file do not apply';
+  if (trigger === undefined) log.info({ settings }, message);
+  else log.warn({ trigger, settings }, message);
 }
 
 let version: string | undefined;
