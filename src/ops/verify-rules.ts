@@ -59,9 +59,10 @@ export function selectRules(choice: RuleChoice, scoped: boolean, proxy: ProxyRul
     return { ...selection, failure: `${proxyNote}; it does not enforce ${missing.map((r) => r.name).join(', ')}` };
   }
 
-  // The proxy's own rules: their definitions from verify's files, else from the proxy's.
+  // The proxy's own rules: their definitions from verify's files, else from the proxy's (each on
+  // its own: one that cannot be read here takes none of the others with it).
   const known = new Map<string, Rule>();
-  for (const source of [choice.paths, view.files]) {
+  for (const source of [choice.paths, ...view.files.map((file) => [file])]) {
     const unmet = view.rules.filter((r) => known.get(r.name)?.definition !== r.definition);
     if (unmet.length === 0) break;
     let read: RuleSet | undefined;
