@@ -6,17 +6,19 @@
 import { readFileSync } from 'node:fs';
 import { formatAddress, type Address } from './address.js';
 import { createMetricsRegistry } from './admin/metrics.js';
+import { rulesView } from './admin/rules-view.js';
 import { startAttemptReport } from './admin/attempt-report.js';
 import type { LockScanner } from './admin/lock-scan.js';
 import { startAdminServer, type AdminServer } from './admin/server.js';
 import type { ClusterManager } from './cluster/manager.js';
 import type { NodeDirectory } from './cluster/rewrite.js';
 import type { Config } from './config.js';
-import { changedSettings, type OptionName } from './settings.js';
+import { changedSettings, OPTIONS, overriddenFileSettings, type OptionName, type OptionSpec } from './settings.js';
 import type { Logger } from './log.js';
-import { describeRules, RuleStore } from './rules/store.js';
+import { loadCensus } from './rules/census.js';
+import { describeRules, releasesText, RuleStore } from './rules/store.js';
 import { effectiveMode } from './rules/types.js';
-import { startProxy, type ProxyServer } from './server.js';
+import { addShutdownCounts, startProxy, type ProxyServer, type ShutdownCount } from './server.js';
 import type { ProxyContext } from './session/context.js';
 import { Stats } from './stats.js';
 import { UpstreamConnector } from './upstream/connect.js';
@@ -55,9 +57,10 @@ export interface App {
   probeUpstream(): Promise<{ ok: boolean; detail: string }>;
   /**
    * Stops accepting, lets connections finish what is in flight (closing those still busy after
-   * `timeoutMs`), then stops the rest: rule watching, the admin server, Sentinel.
+   * `timeoutMs`), then stops the rest: rule watching, the admin server, Sentinel. Resolves with
+   * how many connections were open, and how many of them were cut at the deadline.
    */
-  shutdown(timeoutMs: number): Promise<void>;
+  shutdown(timeoutMs: number): Promise<ShutdownCount>;
   /** Closes everything at once. */
   close(): Promise<void>;
 }
@@ -79,11 +82,14 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   const stats = new Stats();
   const refusals = new RefusalLog(log);
   const rules = new RuleStore({ paths: config.rulePaths, release: config.release, mode: config.mode }, log, stats);
+  const census = loadCensus(log);
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
+  logOverridden(log, config, undefined);
   for (const warning of config.warnings) log.warn(warning);
   const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
     upstream,
     rules: () => rules.current,
+    census,
     // Read for every block, so that a reload applies to open connections too.
     get mode() {
       return rules.mode;
@@ -162,6 +168,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   if (adminListen !== null) {
     admin = await startAdminServer(adminListen, {
       registry: createMetricsRegistry(stats, {
+        build: () => ({ version: packageVersion(), ruleReleases: releasesText(rules.current) }),
         rulesLoaded: () => rules.current.rules.length,
         ruleFiles: () => rules.current.files,
         clusterNodes: cluster === null ? undefined : () => cluster.nodes(),
@@ -170,6 +177,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
         sentinelMajority: sentinel === null ? undefined : () => sentinel.agreement().majority,
       }),
       ready,
+      rules: () => rulesView(rules.current, rules.mode, packageVersion()),
       log,
       onRefused: (reason) => stats.adminConnectionRefused(reason),
     }).catch(async (err: Error) => {
@@ -195,6 +203,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     }
     const changed = changedSettings(config.given, next.given);
     if (!rules.reload(trigger, { paths: next.rulePaths, release: next.release, mode: next.mode })) return;
+    logOverridden(log, next, trigger);
     const needRestart = changed.filter((name) => !RELOADABLE.includes(name));
     const applied = changed.filter((name) => RELOADABLE.includes(name));
     if (next.watchRules !== rules.watched) {
@@ -251,8 +260,9 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     },
     probeUpstream: () => probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)),
     async shutdown(timeoutMs: number) {
-      await Promise.all([seed.shutdown(timeoutMs), cluster?.shutdown(timeoutMs)]);
+      const counts = addShutdownCounts(await Promise.all([seed.shutdown(timeoutMs), cluster?.shutdown(timeoutMs)]));
       await stopRest();
+      return counts;
     },
     async close() {
       await Promise.all([seed.close(), cluster?.close()]);
@@ -323,7 +333,27 @@ function describeApp(
   };
 }
 
+/**
+ * Says which source won where the config file gives a setting that a flag or a variable gives
+ * otherwise: an operator who edits the file and reloads must not take the flag's value for the
+ * file's. At start as information, on a reload as a warning.
+ */
+function logOverridden(log: Logger, config: Config, trigger: string | undefined): void {
+  const overridden = overriddenFileSettings(config.given);
+  if (overridden.length === 0) return;
+  const shown = (name: OptionName, value: unknown) => ((OPTIONS[name] as OptionSpec).secret ? '***' : value);
+  const settings = Object.fromEntries(
+    overridden.map((o) => [o.name, { inForce: shown(o.name, o.value), from: o.by, notApplied: shown(o.name, o.fileValue), in: o.file }]),
+  );
+  const message = 'config file settings overridden by flags or environment variables: their values in the file do not apply';
+  if (trigger === undefined) log.info({ settings }, message);
+  else log.warn({ trigger, settings }, message);
+}
+
+let version: string | undefined;
+
+/** The package's version (read once: build_info asks at every scrape). */
 export function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
-  return pkg.version;
+  version ??= (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  return version;
 }

@@ -3,6 +3,7 @@
  * Entry point.
  *
  *   redis-lock-proxy [options]            run the proxy
+ *   redis-lock-proxy check [options]      check what a start would use, without starting
  *   redis-lock-proxy verify --via ADDR    prove the fix through a running proxy
  *   redis-lock-proxy locks --upstream URL list (and release) lock keys
  *
@@ -13,7 +14,7 @@
 import './heap-growth.js';
 import { packageVersion, startApp, type App } from './app.js';
 import { rereadConfig, resolveConfig, type Config } from './config.js';
-import { ConfigError } from './errors.js';
+import { ConfigError, ConfigProblems } from './errors.js';
 import { createLogger, exitAfterLog, type Logger } from './log.js';
 import type { Io } from './ops/command.js';
 import { serviceNotifier } from './service-notify.js';
@@ -21,7 +22,7 @@ import { USAGE } from './settings.js';
 import { announceReadiness } from './startup-readiness.js';
 
 async function run(config: Config, argv: string[]): Promise<void> {
-  const log = createLogger(config.logLevel);
+  const log = createLogger(config.logLevel, config.logTime);
   const app = await startApp(config, log);
   const notifier = await serviceNotifier(process.env, log);
   let stopReadiness = (): void => {};
@@ -72,9 +73,13 @@ function handleShutdownSignals(timeoutMs: () => number, log: Logger, app: App, o
       log.error({ timeoutMs: timeout }, 'shutdown did not finish in time; exiting now');
       exitAfterLog(1, LOG_GRACE_MS);
     }, timeout + SHUTDOWN_REST_MS);
-    void app.shutdown(timeout).then(() => {
+    void app.shutdown(timeout).then(({ open, cutAtDeadline }) => {
       clearTimeout(deadline);
-      log.info('shut down');
+      // The summary: how many connections finished what they had in flight, how many were cut.
+      log[cutAtDeadline > 0 ? 'warn' : 'info'](
+        { connections: open, finished: open - cutAtDeadline, cutAtDeadline, timeoutMs: timeout },
+        'shut down',
+      );
       exitAfterLog(0, LOG_GRACE_MS);
     });
   };
@@ -104,8 +109,19 @@ function stopWithLauncher(log: Logger, shutdown: (signal: string) => void): void
   timer.unref();
 }
 
-/** `verify` and `locks`: operator tools in their own modules, loaded only when used. */
-async function runSubcommand(name: 'verify' | 'locks', argv: string[]): Promise<number> {
+/** The operator commands, each in a module of its own, loaded only when used. */
+const SUBCOMMANDS = {
+  check: () => import('./ops/check.js'),
+  verify: () => import('./ops/verify.js'),
+  locks: () => import('./ops/locks.js'),
+} as const;
+type Subcommand = keyof typeof SUBCOMMANDS;
+
+function isSubcommand(name: string | undefined): name is Subcommand {
+  return name !== undefined && Object.hasOwn(SUBCOMMANDS, name);
+}
+
+async function runSubcommand(name: Subcommand, argv: string[]): Promise<number> {
   const io: Io = {
     stdout: (t) => process.stdout.write(t),
     stderr: (t) => process.stderr.write(t),
@@ -113,7 +129,7 @@ async function runSubcommand(name: 'verify' | 'locks', argv: string[]): Promise<
     stderrIsTerminal: process.stderr.isTTY,
     confirm: process.stdin.isTTY && process.stderr.isTTY ? askOnTerminal : undefined,
   };
-  const module = name === 'verify' ? await import('./ops/verify.js') : await import('./ops/locks.js');
+  const module = await SUBCOMMANDS[name]();
   return module.run(argv, io);
 }
 
@@ -131,14 +147,14 @@ async function askOnTerminal(question: string): Promise<boolean> {
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   try {
-    if (argv[0] === 'verify' || argv[0] === 'locks') {
+    if (isSubcommand(argv[0])) {
       process.exitCode = await runSubcommand(argv[0], argv.slice(1));
       return;
     }
     if (argv[0] !== undefined && !argv[0].startsWith('-')) {
       throw new ConfigError(
-        `unknown command "${argv[0]}": the commands are verify (prove the fix through a running proxy) and ` +
-          'locks (list and release lock keys); without a command it runs the proxy (see --help)',
+        `unknown command "${argv[0]}": the commands are check (check a configuration without starting), verify (prove ` +
+          'the fix through a running proxy) and locks (list and release lock keys); without a command it runs the proxy (see --help)',
       );
     }
     const request = resolveConfig(argv, process.env);
@@ -158,7 +174,9 @@ async function main(): Promise<void> {
     }
   } catch (err) {
     const error = err as NodeJS.ErrnoException;
-    process.stderr.write(`redis-lock-proxy: ${error.message}\n`);
+    // Several wrong settings: one line each.
+    for (const problem of err instanceof ConfigProblems ? err.problems : [error])
+      process.stderr.write(`redis-lock-proxy: ${problem.message}\n`);
     // Exit now: a listener or sentinel connection opened before the failure would keep the process alive.
     exitAfterLog(error.code === 'ECONFIG' || error.code === 'ERULEFILE' ? 2 : 1, LOG_GRACE_MS);
   }

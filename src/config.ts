@@ -8,9 +8,10 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { stringify as toYaml } from 'yaml';
 import { formatAddress, parseAddress, type Address } from './address.js';
-import { ConfigError } from './errors.js';
+import { allChecked, ConfigError, throwProblems } from './errors.js';
+import { LOG_TIMES, type LogTime } from './log.js';
 import { LOCK_METHOD_SETTINGS, type LockMethodSetting } from './lock/lock-method.js';
-import type { ReleaseFilter } from './rules/loader.js';
+import { ruleProblems, type ReleaseFilter } from './rules/loader.js';
 import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
 import type { RuleMode } from './rules/types.js';
 import {
@@ -74,6 +75,8 @@ export interface Config {
   readonly holdMs: number;
   readonly connectTimeoutMs: number;
   readonly logLevel: string;
+  /** How log lines give their time. */
+  readonly logTime: LogTime;
   /** `observe` makes every rule observe-only; `enforce` leaves each rule's own mode. */
   readonly mode: RuleMode;
   /** Admin HTTP address, or null when disabled. */
@@ -159,18 +162,22 @@ export function resolveConfig(argv: string[], env: NodeJS.ProcessEnv): CliReques
   if (flags.version) return { kind: 'version' };
   const settings = readSettings(flags, env);
   const config = buildConfig(settings);
-  if (flags['print-config']) return { kind: 'print-config', text: describeSettings(settings, config) };
+  if (flags['print-config']) {
+    // It prints what a start would run with, so it fails where a start (and `check`) would: on the rules too.
+    throwProblems(ruleProblems(config.rulePaths, config.release));
+    return { kind: 'print-config', text: describeSettings(settings, config) };
+  }
   return { kind: 'run', config };
 }
 
-/** The settings checked, in the order their errors are reported. */
-function buildConfig(settings: RawSettings): Config {
-  const logLevel = text(settings, 'log-level') ?? 'info';
-  if (!LOG_LEVELS.includes(logLevel)) {
-    throw settingError(settings, 'log-level', `log-level must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
-  }
-  const mode = text(settings, 'mode');
-  if (mode !== 'enforce' && mode !== 'observe') throw settingError(settings, 'mode', `mode must be enforce or observe, got "${mode}"`);
+/**
+ * The settings checked: first each on its own, every wrong one named at once (ConfigProblems);
+ * then those that go together, in the order their errors are reported.
+ */
+export function buildConfig(settings: RawSettings): Config {
+  checkEachSetting(settings);
+  const logLevel = logLevelFrom(settings);
+  const mode = modeFrom(settings);
   const adminText = text(settings, 'admin-listen') ?? 'off';
   const clustered = boolean(settings, 'cluster');
   const upstreams = checkSetting(settings, 'upstream', () => upstreamsFrom(settings, clustered));
@@ -191,6 +198,7 @@ function buildConfig(settings: RawSettings): Config {
     holdMs: integer(settings, 'hold-ms'),
     connectTimeoutMs: integer(settings, 'connect-timeout-ms'),
     logLevel,
+    logTime: logTimeFrom(settings),
     mode,
     adminListen: adminText === 'off' ? null : checkSetting(settings, 'admin-listen', () => parseAddress(adminText, 'admin-listen address')),
     watchRules: boolean(settings, 'watch-rules'),
@@ -211,6 +219,52 @@ function buildConfig(settings: RawSettings): Config {
     cluster,
     given: settings,
   };
+}
+
+/** Every setting that can be checked on its own: its kind, its choices, its syntax. */
+function checkEachSetting(settings: RawSettings): void {
+  const byKind = (Object.entries(OPTIONS) as Array<[OptionName, OptionSpec]>).flatMap(([name, spec]): Array<() => unknown> => {
+    if (settings[name] === undefined || spec.deprecated !== undefined) return [];
+    if (spec.kind === 'integer') return [() => integer(settings, name)];
+    if (spec.kind === 'boolean') return [() => boolean(settings, name)];
+    return [];
+  });
+  allChecked([
+    ...byKind,
+    () => logLevelFrom(settings),
+    () => logTimeFrom(settings),
+    () => modeFrom(settings),
+    () => lockMethodFrom(settings),
+    () => checkSetting(settings, 'listen', () => parseAddress(text(settings, 'listen') ?? '')),
+    () => {
+      const admin = text(settings, 'admin-listen') ?? 'off';
+      if (admin !== 'off') checkSetting(settings, 'admin-listen', () => parseAddress(admin, 'admin-listen address'));
+    },
+    // A wrong --cluster is named by its own check; the URLs are read as it most likely means.
+    () => checkSetting(settings, 'upstream', () => upstreamsFrom(settings, settings.cluster === true || settings.cluster === 'true')),
+    () => chooseRules(settings),
+  ]);
+}
+
+function logLevelFrom(settings: RawSettings): string {
+  const logLevel = text(settings, 'log-level') ?? 'info';
+  if (!LOG_LEVELS.includes(logLevel)) {
+    throw settingError(settings, 'log-level', `log-level must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
+  }
+  return logLevel;
+}
+
+function logTimeFrom(settings: RawSettings): LogTime {
+  const logTime = text(settings, 'log-time');
+  const known = LOG_TIMES.find((choice) => choice === logTime);
+  if (known === undefined) throw settingError(settings, 'log-time', `log-time must be one of ${LOG_TIMES.join(', ')}, got "${logTime}"`);
+  return known;
+}
+
+function modeFrom(settings: RawSettings): RuleMode {
+  const mode = text(settings, 'mode');
+  if (mode !== 'enforce' && mode !== 'observe') throw settingError(settings, 'mode', `mode must be enforce or observe, got "${mode}"`);
+  return mode;
 }
 
 function lockMethodFrom(settings: RawSettings): LockMethodSetting {

@@ -9,6 +9,51 @@ export class ConfigError extends Error {
   readonly code = 'ECONFIG';
 }
 
+/**
+ * Several settings are wrong at once (`check` names them all; a start stops at them): each is a
+ * ConfigError of its own, in `problems`, one line of the message each. Exit code 2.
+ */
+export class ConfigProblems extends ConfigError {
+  constructor(readonly problems: readonly Error[]) {
+    super(problems.map((problem) => problem.message).join('\n'));
+  }
+}
+
+/** Whether `err` is a problem with what the operator gave (a setting, a rule file): exit code 2. */
+export function isOperatorInputError(err: unknown): err is ConfigError | RuleFileError {
+  return err instanceof ConfigError || err instanceof RuleFileError;
+}
+
+/** The problems an error stands for: those of a ConfigProblems, else the error itself. */
+export function problemsOf(err: Error): readonly Error[] {
+  return err instanceof ConfigProblems ? err.problems : [err];
+}
+
+/** Runs each check, and returns every problem of the operator's input they threw (anything else is thrown on). */
+export function problemsFrom(checks: ReadonlyArray<() => unknown>): Error[] {
+  const problems: Error[] = [];
+  for (const check of checks) {
+    try {
+      check();
+    } catch (err) {
+      if (!isOperatorInputError(err)) throw err;
+      problems.push(...problemsOf(err));
+    }
+  }
+  return problems;
+}
+
+/** Throws the problems: nothing for none, the one error as it is, or ConfigProblems of them all. */
+export function throwProblems(problems: readonly Error[]): void {
+  if (problems.length === 1) throw problems[0];
+  if (problems.length > 1) throw new ConfigProblems(problems);
+}
+
+/** Runs each check, and throws what they threw (throwProblems). */
+export function allChecked(checks: ReadonlyArray<() => unknown>): void {
+  throwProblems(problemsFrom(checks));
+}
+
 /** An operator command (`verify`, `locks`) was given options it cannot use. Exit code 2. */
 export class UsageError extends Error {
   readonly code = 'EUSAGE';

@@ -122,3 +122,25 @@ function unescapedLength(text: string): number {
     return -1;
   }
 }
+
+/** Longest text prefix (before its `:`) that keyPrefixLabel names as text. */
+const PREFIX_TEXT_MAX = 32;
+const TEXT_PREFIX = /^[A-Za-z0-9_.-]+$/;
+/** `0x00` to `0xff`, made once: a label per counted block allocates nothing. */
+const BYTE_LABELS = Array.from({ length: 256 }, (_, byte) => '0x' + byte.toString(16).padStart(2, '0'));
+
+/**
+ * What a key starts with, as a metric label of bounded variety: a text namespace up to and with
+ * its `:` (`lock:`, `purge:`), made of letters, digits, `_`, `.` and `-` and at most 32
+ * characters long; otherwise its first byte in hex (`0x17`, Stalwart's raw prefix bytes), or
+ * `empty`. Never more of the key, which may hold user data.
+ */
+export function keyPrefixLabel(key: Uint8Array): string {
+  if (key.length === 0) return 'empty';
+  const colon = key.indexOf(0x3a);
+  if (colon > 0 && colon <= PREFIX_TEXT_MAX) {
+    const text = Buffer.from(key.buffer, key.byteOffset, colon).toString('latin1');
+    if (TEXT_PREFIX.test(text)) return `${text}:`;
+  }
+  return BYTE_LABELS[key[0]];
+}

@@ -17,13 +17,18 @@ let output: (DestinationStream & ReturnType<typeof pino.destination>) | undefine
 /** Writing to it failed (a reader that is gone: EPIPE, or EIO): lines are dropped from then on. */
 let outputFailed = false;
 
-export function createLogger(level: string): Logger {
+/** How a line gives its time (`time`): pino's milliseconds since 1970, or ISO 8601 in UTC for people reading the log. */
+export const LOG_TIMES = ['epoch', 'iso'] as const;
+export type LogTime = (typeof LOG_TIMES)[number];
+
+export function createLogger(level: string, time: LogTime = 'epoch'): Logger {
   if (output === undefined) {
     output = pino.destination({ dest: 1, sync: false });
     // A log that cannot be written must not take the proxy down (pino already drops lines after EPIPE).
     output.on('error', () => (outputFailed = true));
   }
-  return pino({ name: 'redis-lock-proxy', level, base: { pid: process.pid } }, output);
+  const timestamp = time === 'iso' ? pino.stdTimeFunctions.isoTime : pino.stdTimeFunctions.epochTime;
+  return pino({ name: 'redis-lock-proxy', level, base: { pid: process.pid }, timestamp }, output);
 }
 
 /**

@@ -29,11 +29,28 @@ export interface ProxyServer {
   /**
    * Stops accepting, lets every session finish what is in flight, and closes
    * them; sessions still busy after `timeoutMs` are closed anyway. Resolves
-   * when all are closed.
+   * when all are closed, with how many were open and how many were cut.
    */
-  shutdown(timeoutMs: number): Promise<void>;
+  shutdown(timeoutMs: number): Promise<ShutdownCount>;
   /** Stops accepting and closes every connection at once. */
   close(): Promise<void>;
+}
+
+/** What a graceful shutdown did: connections open when it began, and those still busy at its deadline, closed then. */
+export interface ShutdownCount {
+  readonly open: number;
+  readonly cutAtDeadline: number;
+}
+
+/** Adds up the counts of several listeners' shutdowns. */
+export function addShutdownCounts(counts: ReadonlyArray<ShutdownCount | undefined>): ShutdownCount {
+  let open = 0;
+  let cutAtDeadline = 0;
+  for (const count of counts) {
+    open += count?.open ?? 0;
+    cutAtDeadline += count?.cutAtDeadline ?? 0;
+  }
+  return { open, cutAtDeadline };
 }
 
 /** What Redis answers a connection over its maxclients limit. */
@@ -100,8 +117,10 @@ export function startProxy(options: ProxyServerOptions, ctx: ProxyContext): Prom
           }
           return closed;
         },
-        async shutdown(timeoutMs: number): Promise<void> {
+        async shutdown(timeoutMs: number): Promise<ShutdownCount> {
           const stopped = stopAccepting();
+          const open = sessions.size;
+          let cutAtDeadline = 0;
           if (sessions.size > 0) {
             const drained = new Promise<void>((done) => (allClosed = done));
             for (const session of sessions) session.beginShutdown();
@@ -109,9 +128,11 @@ export function startProxy(options: ProxyServerOptions, ctx: ProxyContext): Prom
             const deadline = new Promise<void>((done) => (timer = setTimeout(done, timeoutMs)));
             await Promise.race([drained, deadline]);
             clearTimeout(timer);
+            cutAtDeadline = sessions.size;
             for (const session of sessions) session.destroy();
           }
           await stopped;
+          return { open, cutAtDeadline };
         },
         async close(): Promise<void> {
           const stopped = stopAccepting();

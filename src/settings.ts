@@ -5,10 +5,10 @@
  * the file keys and the help, so that they can never drift apart. config.ts turns the merged
  * settings into a Config.
  */
-import fs from 'node:fs';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { parse as parseYaml } from 'yaml';
-import { ConfigError } from './errors.js';
+import { readConfigFile, type FileEntry } from './config-file.js';
+import { ConfigError, problemsFrom, throwProblems } from './errors.js';
+import { nearestName } from './nearest-name.js';
 
 type Kind = 'string' | 'integer' | 'boolean' | 'list';
 
@@ -45,7 +45,11 @@ export const OPTIONS = {
   mode: { kind: 'string', default: 'enforce', help: 'enforce (rules decide) or observe (every rule only observes)' },
   'hold-ms': { kind: 'integer', default: 10, min: 1, max: 60_000, help: 'how long an incomplete MULTI block waits for more bytes' },
   'connect-timeout-ms': { kind: 'integer', default: 5000, min: 1, max: 600_000, help: 'upstream connect timeout' },
-  'admin-listen': { kind: 'string', default: '127.0.0.1:9180', help: 'admin HTTP address (/metrics, /healthz, /readyz), or "off"' },
+  'admin-listen': {
+    kind: 'string',
+    default: '127.0.0.1:9180',
+    help: 'admin HTTP address (/metrics, /healthz, /readyz, /rules), or "off"',
+  },
   'watch-rules': { kind: 'boolean', default: false, help: 'reload the rules when a rule file changes (SIGHUP always reloads)' },
   'shutdown-timeout-ms': {
     kind: 'integer',
@@ -66,7 +70,7 @@ export const OPTIONS = {
     default: 3_600_000,
     min: 0,
     max: 86_400_000,
-    help: 'how often to log whether old-shape lock attempts (MULTI/INCRBY/EXPIRE/EXEC) were seen (0: never)',
+    help: 'how often to log which lock attempts came: old-shape ones (MULTI/INCRBY/EXPIRE/EXEC), only fixed-shape ones (SET NX EX), or none (0: never)',
   },
   'lock-scan-interval-ms': {
     kind: 'integer',
@@ -161,20 +165,61 @@ export const OPTIONS = {
     help: 'how often the cluster topology is asked again',
   },
   'log-level': { kind: 'string', default: 'info', help: 'fatal|error|warn|info|debug|trace|silent' },
+  'log-time': {
+    kind: 'string',
+    default: 'epoch',
+    help: "how log lines give their time: epoch (milliseconds since 1970, pino's own) or iso (ISO 8601 in UTC, as 2026-05-01T10:00:00.000Z)",
+  },
 } as const satisfies Record<string, OptionSpec>;
 
 export type OptionName = keyof typeof OPTIONS;
 type RawValue = string | number | boolean | string[];
 /** Where each setting given by a variable or a config file came from (flags and defaults: not listed). */
 const SOURCES = Symbol('sources');
+/** Config file values that a flag or a variable overrode, by setting. */
+const OVERRIDDEN = Symbol('overridden');
 /** Each setting's value as given (or its default), not yet checked, and where it came from. */
-export type RawSettings = Partial<Record<OptionName, RawValue>> & { [SOURCES]?: Partial<Record<OptionName, string>> };
+export type RawSettings = Partial<Record<OptionName, RawValue>> & {
+  [SOURCES]?: Partial<Record<OptionName, string>>;
+  [OVERRIDDEN]?: Overridden[];
+};
+
+/** A setting the config file gives, whose value there does not apply: a flag or a variable gives another. */
+export interface Overridden {
+  readonly name: OptionName;
+  /** What gave the value in force: `flag --mode`, or the variable's name. */
+  readonly by: string;
+  readonly value: RawValue;
+  /** Where the file gives it (file, line, key), and what it says there. */
+  readonly file: string;
+  readonly fileValue: RawValue;
+}
 
 export function envName(option: string): string {
   return `REDIS_LOCK_PROXY_${option.toUpperCase().replace(/-/g, '_')}`;
 }
 
+/** The environment variables the package reads that are not settings of the proxy, and why. */
+export const OTHER_VARIABLES: Readonly<Record<string, string>> = {
+  REDIS_LOCK_PROXY_CONFIG: 'the config file, when --config is not given',
+  REDIS_LOCK_PROXY_VERIFY_USER: "verify's AUTH user",
+  REDIS_LOCK_PROXY_VERIFY_PASSWORD: "verify's AUTH password",
+};
+
+/**
+ * Every REDIS_LOCK_PROXY_* variable that is none of the proxy's, each an error naming the known
+ * one nearest to it: a misspelt variable would otherwise be ignored without a word.
+ */
+export function unknownVariables(env: NodeJS.ProcessEnv): ConfigError[] {
+  const known = [...Object.keys(OPTIONS).map(envName), ...Object.keys(OTHER_VARIABLES)];
+  return Object.keys(env)
+    .filter((name) => name.startsWith('REDIS_LOCK_PROXY_') && !known.includes(name))
+    .sort()
+    .map((name) => new ConfigError(`${name} is not a variable of redis-lock-proxy (did you mean ${nearestName(name, known)}?)`));
+}
+
 export const USAGE = `Usage: redis-lock-proxy [options]
+       redis-lock-proxy check [options]             check what a start would use, without starting
        redis-lock-proxy verify --via HOST:PORT      prove the fix through a running proxy
        redis-lock-proxy locks --upstream URL        list (and release) lock keys
 
@@ -193,7 +238,7 @@ ${(Object.entries(OPTIONS) as Array<[string, OptionSpec]>)
   --config FILE
       YAML file with any of the settings above as keys (rules and sentinel as lists)
   --print-config
-      print the effective configuration (secrets masked) and exit
+      print the effective configuration (secrets masked) and exit; fails, as check does, on any problem
   -h, --help        show this help
   -v, --version     show the version
 `;
@@ -216,14 +261,41 @@ export function readFlags(argv: string[]): Record<string, unknown> {
   try {
     return parseArgs({ args: argv, strict: true, allowPositionals: false, options }).values;
   } catch (err) {
-    throw new ConfigError(`${(err as Error).message} (see --help)`, { cause: err });
+    throw new ConfigError(`${flagProblem(err as Error & { code?: string }, Object.keys(options))} (see --help)`, { cause: err });
   }
 }
 
-/** The settings from every source, merged: flags > env > file (--config, else REDIS_LOCK_PROXY_CONFIG) > defaults. */
+/** parseArgs's complaint; for an unknown flag, said shortly with the known flag nearest to it. */
+export function flagProblem(err: Error & { code?: string }, known: readonly string[]): string {
+  const unknown = err.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'(-[^']*)'/.exec(err.message)?.[1] : undefined;
+  if (unknown === undefined) return err.message;
+  const name = unknown.replace(/^-+/, '').replace(/=.*$/, '');
+  return `unknown flag ${unknown} (did you mean --${nearestName(name, known)}?)`;
+}
+
+/**
+ * The settings from every source, merged: flags > env > file (--config, else
+ * REDIS_LOCK_PROXY_CONFIG) > defaults. An unknown variable and every problem of the file are
+ * refused, all of them named.
+ */
 export function readSettings(flags: Record<string, unknown>, env: NodeJS.ProcessEnv): RawSettings {
+  const { settings, problems } = readSettingsAndProblems(flags, env);
+  throwProblems(problems);
+  return settings;
+}
+
+/**
+ * The settings as readSettings reads them, and its problems instead of an error, for `check`:
+ * unknown variables are left out, and a config file that does not read gives nothing.
+ */
+export function readSettingsAndProblems(
+  flags: Record<string, unknown>,
+  env: NodeJS.ProcessEnv,
+): { settings: RawSettings; problems: Error[] } {
   const configFile = (flags.config as string | undefined) ?? env.REDIS_LOCK_PROXY_CONFIG;
-  return merge(flags, fromEnv(env), configFile ? fromFile(configFile) : {});
+  const file: RawSettings = { [SOURCES]: {} };
+  const problems = [...unknownVariables(env), ...(configFile ? fromFile(configFile, file) : [])];
+  return { settings: merge(flags, fromEnv(env), file), problems };
 }
 
 /**
@@ -266,38 +338,30 @@ export function splitList(value: string): string[] {
     .filter((part) => part !== '');
 }
 
-function fromFile(file: string): RawSettings {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, 'utf8');
-  } catch (err) {
-    throw new ConfigError(`config file ${file}: cannot read: ${(err as Error).message}`, { cause: err });
-  }
-  let doc: unknown;
-  try {
-    doc = parseYaml(text);
-  } catch (err) {
-    throw new ConfigError(`config file ${file}: not valid YAML: ${(err as Error).message}`, { cause: err });
-  }
-  if (doc === null || doc === undefined) return {};
-  if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`config file ${file}: must be a mapping of setting: value`);
-  const settings: RawSettings = { [SOURCES]: {} };
-  for (const [key, value] of Object.entries(doc as Record<string, unknown>)) {
-    if (!(key in OPTIONS)) {
-      throw new ConfigError(
-        `config file ${file}: unknown setting "${key}" (settings are named like the flags, e.g. listen, upstream, hold-ms)`,
-      );
-    }
-    const spec: OptionSpec = OPTIONS[key as OptionName];
-    settings[key as OptionName] = fileValue(file, key, spec, value);
-    (settings[SOURCES] as Record<string, string>)[key] = `config file ${file}, setting "${key}"`;
-  }
-  return settings;
+/** Reads the config file's settings into `settings`; returns its problems: every unknown key and wrong value, with its line. */
+function fromFile(file: string, settings: RawSettings): Error[] {
+  const known = Object.keys(OPTIONS);
+  let entries: FileEntry[] = [];
+  const unread = problemsFrom([() => (entries = readConfigFile(file))]);
+  return [
+    ...unread,
+    ...problemsFrom(
+      entries.map(({ key, value, line }) => () => {
+        const where = `config file ${file}, line ${line}, setting "${key}"`;
+        if (!known.includes(key)) {
+          throw new ConfigError(`${where}: unknown setting (did you mean ${nearestName(key, known)}? settings are named like the flags)`);
+        }
+        const spec: OptionSpec = OPTIONS[key as OptionName];
+        settings[key as OptionName] = fileValue(where, spec, value);
+        (settings[SOURCES] as Record<string, string>)[key] = where;
+      }),
+    ),
+  ];
 }
 
-function fileValue(file: string, key: string, spec: OptionSpec, value: unknown): RawValue {
+function fileValue(where: string, spec: OptionSpec, value: unknown): RawValue {
   const wrong = (expected: string): never => {
-    throw new ConfigError(`config file ${file}: setting "${key}" must be ${expected}, got ${JSON.stringify(value)}`);
+    throw new ConfigError(`${where}: must be ${expected}, got ${JSON.stringify(value)}`);
   };
   switch (spec.kind) {
     case 'list':
@@ -315,15 +379,31 @@ function fileValue(file: string, key: string, spec: OptionSpec, value: unknown):
 
 function merge(flags: Record<string, unknown>, env: RawSettings, file: RawSettings): RawSettings {
   const sources: Partial<Record<OptionName, string>> = {};
-  const merged: RawSettings = { [SOURCES]: sources };
+  const overridden: Overridden[] = [];
+  const merged: RawSettings = { [SOURCES]: sources, [OVERRIDDEN]: overridden };
   for (const name of Object.keys(OPTIONS) as OptionName[]) {
     const flag = flags[name] as RawValue | undefined;
     const value = flag ?? env[name] ?? file[name] ?? (OPTIONS[name] as OptionSpec).default;
     if (value !== undefined) merged[name] = value;
     const source = flag !== undefined ? undefined : env[name] !== undefined ? env[SOURCES]?.[name] : file[SOURCES]?.[name];
     if (source !== undefined && value !== undefined) sources[name] = source;
+    const fileValue = file[name];
+    if (fileValue !== undefined && value !== undefined && (flag !== undefined || env[name] !== undefined) && !same(fileValue, value)) {
+      const by = flag !== undefined ? `flag --${name}` : envName(name);
+      overridden.push({ name, by, value, file: file[SOURCES]?.[name] ?? 'config file', fileValue });
+    }
   }
   return merged;
+}
+
+/** Whether two values of a setting say the same (a file's 25 and a flag's "25" do). */
+function same(a: RawValue, b: RawValue): boolean {
+  return Array.isArray(a) || Array.isArray(b) ? JSON.stringify(a) === JSON.stringify(b) : String(a) === String(b);
+}
+
+/** The config file's values that a flag or a variable overrode, in table order. */
+export function overriddenFileSettings(settings: RawSettings): readonly Overridden[] {
+  return settings[OVERRIDDEN] ?? [];
 }
 
 /** The settings whose values differ between two readings (a reload's), in table order. */

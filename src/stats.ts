@@ -16,14 +16,28 @@ export class RuleCounters {
   readonly fallbacks = new Map<string, number>();
   /** Blocks whose script outcome could not be told: the connection was closed. */
   closed = 0;
-  /** Lock attempts in the fixed shape (SET key value NX EX n, Stalwart 0.16.16+) on the rule's keys. */
-  fixedShape = 0;
   /**
    * Blocks on the rule's keys released unchanged at the hold deadline, every frame so far fitting
    * the block: their frames came more than --hold-ms apart, and the lock was re-armed.
    */
   holdTimeouts = 0;
 }
+
+/**
+ * Lock attempts on one rule's keys, by shape. The rule is a loaded one, or else the shipped rule of
+ * whichever Stalwart release line names the key (lock/attempt-census.ts): what is counted does not
+ * depend on what is rewritten.
+ */
+export class AttemptCounts {
+  /** MULTI / INCR[BY] / [P]EXPIRE / EXEC: the affected releases. */
+  oldShape = 0;
+  /** SET key value NX EX|PX n: Stalwart 0.16.16 and later. */
+  fixedShape = 0;
+}
+
+/** Key prefixes counted apart in `uncovered`; later ones are counted together as OTHER_PREFIX. */
+export const MAX_UNCOVERED_PREFIXES = 64;
+export const OTHER_PREFIX = 'other';
 
 /** Upper bounds (seconds) of the upstream connect latency buckets. */
 export const CONNECT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5] as const;
@@ -67,6 +81,13 @@ export class Stats {
   scriptReloads = 0;
   /** Per-rule block counts, by rule name. */
   readonly byRule = new Map<string, RuleCounters>();
+  /** Lock attempts by shape, per rule: a loaded rule, or a shipped release line's (see AttemptCounts). */
+  readonly attempts = new Map<string, AttemptCounts>();
+  /**
+   * Whole lock-shaped blocks on keys that no loaded rule names, by key prefix (keyPrefixLabel):
+   * at most MAX_UNCOVERED_PREFIXES prefixes, the rest under OTHER_PREFIX.
+   */
+  readonly uncovered = new Map<string, number>();
   /** With --cluster: -MOVED/-ASK replies whose node address was rewritten. */
   redirectsRewritten = 0;
   /** With --cluster: CLUSTER SLOTS/SHARDS/NODES/REPLICAS replies rewritten. */
@@ -96,21 +117,24 @@ export class Stats {
   }
 
   rule(name: string): RuleCounters {
-    let counters = this.byRule.get(name);
-    if (counters === undefined) {
-      counters = new RuleCounters();
-      this.byRule.set(name, counters);
-    }
-    return counters;
+    return entry(this.byRule, name, () => new RuleCounters());
   }
 
   blockSeen(rule: string): void {
     this.blocksSeen++;
     this.rule(rule).seen++;
+    this.attempt(rule).oldShape++;
   }
 
-  fixedShapeAttempt(rule: string): void {
-    this.rule(rule).fixedShape++;
+  /** A lock attempt on the keys of `rule` (a loaded rule's or a shipped one's). */
+  attempt(rule: string): AttemptCounts {
+    return entry(this.attempts, rule, () => new AttemptCounts());
+  }
+
+  /** A whole lock-shaped block on a key no loaded rule names; `prefix` from keyPrefixLabel. */
+  blockUncovered(prefix: string): void {
+    const label = this.uncovered.has(prefix) || this.uncovered.size < MAX_UNCOVERED_PREFIXES ? prefix : OTHER_PREFIX;
+    increment(this.uncovered, label);
   }
 
   blockRewritten(rule: string, method: 'transaction' | 'script'): void {
@@ -160,6 +184,16 @@ export class Stats {
     this.connectSecondsSum += seconds;
     this.connectCount++;
   }
+}
+
+/** The map's value for `key`, made the first time. */
+function entry<T>(map: Map<string, T>, key: string, make: () => T): T {
+  let value = map.get(key);
+  if (value === undefined) {
+    value = make();
+    map.set(key, value);
+  }
+  return value;
 }
 
 function increment(map: Map<string, number>, key: string): void {

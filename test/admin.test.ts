@@ -4,6 +4,8 @@ import { pino } from 'pino';
 import { Gauge, Registry } from 'prom-client';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMetricsRegistry } from '../src/admin/metrics.js';
+import { readRulesView, rulesView } from '../src/admin/rules-view.js';
+import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
 import { FdBudget } from '../src/admin/fd-budget.js';
 import { MAX_CONNECTIONS, METRICS_MAX_AGE_MS, startAdminServer, type AdminRefusal } from '../src/admin/server.js';
 import type { Logger } from '../src/log.js';
@@ -270,6 +272,20 @@ describe('createMetricsRegistry', () => {
     expect(textB.split('\n')).toContain(`${P}rule_file_info{file="x\\"y.yaml"} 1`);
   });
 
+  it("exposes build_info: the version, the Node.js version and the rules' releases, as they are at each scrape", async () => {
+    let releases = 'Stalwart 0.15.0 - 0.15.5';
+    const registry = createMetricsRegistry(new Stats(), { build: () => ({ version: '1.2.3', ruleReleases: releases }) });
+    const info = async () => (await registry.metrics()).split('\n').filter((l) => l.startsWith(`${P}build_info`));
+    expect(await info()).toEqual([
+      `${P}build_info{version="1.2.3",node_version="${process.version}",rule_releases="Stalwart 0.15.0 - 0.15.5"} 1`,
+    ]);
+    releases = 'Stalwart 0.16.0 - 0.16.15'; // the rules were reloaded
+    expect(await info()).toEqual([
+      `${P}build_info{version="1.2.3",node_version="${process.version}",rule_releases="Stalwart 0.16.0 - 0.16.15"} 1`,
+    ]);
+    expect(await createMetricsRegistry(new Stats()).metrics()).not.toContain(`${P}build_info`);
+  });
+
   it('keeps the scrape working when a total is not a valid counter value', async () => {
     const stats = new Stats();
     stats.connectionsTotal = Number.NaN;
@@ -350,6 +366,46 @@ describe('startAdminServer', () => {
     const res = await fetch(`${base}/nope`, { method: 'POST', body: 'x' });
     expect(res.status).toBe(404);
     await res.text();
+  });
+
+  it('lists the rules in force on /rules, as JSON verify reads back; 404 where none are given', async () => {
+    const file = parseRuleFile(
+      'releases: App 1.0.0 - 1.2.0\nrules:\n  - name: app-lock\n    prefix: "lock:"\n  - name: app-watch\n    prefix: "watch:"\n    mode: observe\n',
+      'app.yaml',
+    );
+    const set = createRuleSet(file.rules, ['app.yaml'], file.releases);
+    let mode: 'enforce' | 'observe' = 'enforce';
+    const { log } = captureLogger();
+    const server = await startAdminServer(
+      { host: '127.0.0.1', port: 0 },
+      {
+        registry: createMetricsRegistry(new Stats()),
+        ready: async () => ({ ok: true, detail: '' }),
+        log,
+        rules: () => rulesView(set, mode, '9.9.9'),
+      },
+    );
+    servers.push(server);
+    const get = async () => fetch(`http://127.0.0.1:${server.address.port}/rules`);
+    const res = await get();
+    expect([res.status, res.headers.get('content-type')]).toEqual([200, 'application/json; charset=utf-8']);
+    const view = readRulesView(await res.json());
+    expect(view).toEqual({
+      version: '9.9.9',
+      mode: 'enforce',
+      releases: 'App 1.0.0 - 1.2.0',
+      files: ['app.yaml'],
+      rules: [
+        { name: 'app-lock', mode: 'enforce', definition: set.rules[0].definition },
+        { name: 'app-watch', mode: 'observe', definition: set.rules[1].definition },
+      ],
+    });
+    mode = 'observe'; // a reload: the next answer says so
+    expect(readRulesView(await (await get()).json()).rules.map((r) => r.mode)).toEqual(['observe', 'observe']);
+    expect(() => readRulesView({ version: '1', mode: 'sometimes' })).toThrow(/not a list of rules/);
+
+    const { base } = await start();
+    expect((await fetch(`${base}/rules`)).status).toBe(404);
   });
 
   it('answers 405 with Allow for other methods', async () => {

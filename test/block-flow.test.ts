@@ -21,6 +21,11 @@ const RULES = createRuleSet(
   ['x.yaml'],
 );
 
+/** Stands for the shipped rules of every release line: what a block no loaded rule names is counted by. */
+const CENSUS = createRuleSet(parseRuleFile('rules:\n  - name: shipped-lock\n    prefix: "shipped:"\n', 'census.yaml').rules, [
+  'census.yaml',
+]);
+
 class FakePort implements LockBlockPort {
   upstream: string[] = [];
   client = '';
@@ -64,6 +69,7 @@ function setup(options: { mode?: 'enforce' | 'observe'; lockMethod?: LockMethodS
   const stats = new Stats();
   const blocks = new LockBlocks(port, port.replies, {
     mode: options.mode ?? 'enforce',
+    census: CENSUS,
     holdMs: 10,
     lockMethod: options.lockMethod ?? 'script',
     stats,
@@ -257,6 +263,21 @@ describe('LockBlocks', () => {
     expect(port.upstream).toEqual([lockAttempt('watch:a', 60).toString('latin1')]);
     expect(port.events).toEqual(['sent 4 complete']);
     expect(stats.blocksObserved).toBe(1);
+  });
+
+  it('sends a whole lock-shaped block no loaded rule names as it came, counted by prefix, and as an attempt when a shipped rule names its key', () => {
+    const { port, stats, offer } = setup({ lockMethod: 'transaction' });
+    for (const key of ['other:1', 'shipped:1', 'shipped:2']) {
+      expect(offer(lockAttempt(key, 60))).toBe(false);
+      expect(port.upstream.at(-1)).toBe(lockAttempt(key, 60).toString('latin1'));
+    }
+    expect(port.events).toEqual(['sent 4 complete', 'sent 4 complete', 'sent 4 complete']);
+    expect(Object.fromEntries(stats.uncovered)).toEqual({ 'other:': 1, 'shipped:': 2 });
+    expect(stats.attempts.get('shipped-lock')).toMatchObject({ oldShape: 2, fixedShape: 0 });
+    expect([stats.attempts.has('other'), stats.blocksSeen, stats.releases.get('no-rule')]).toEqual([false, 0, 3]);
+    // A block a loaded rule names is that rule's attempt, and not uncovered.
+    expect(offer(lockAttempt('lock:1', 60))).toBe(false);
+    expect([stats.attempts.get('locks')?.oldShape, stats.blocksSeen, [...stats.uncovered.values()]]).toEqual([1, 1, [1, 2]]);
   });
 
   it('releases what it held as soon as a frame cannot be the block’s', () => {

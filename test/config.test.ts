@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { parseAddress } from '../src/address.js';
 import { DEFAULT_RULES_DIR, resolveConfig, type Config } from '../src/config.js';
 import { OPTIONS } from '../src/settings.js';
-import { ConfigError } from '../src/errors.js';
+import { ConfigError, ConfigProblems } from '../src/errors.js';
 import { parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
 
 /** resolveConfig, expecting a runnable configuration. */
@@ -39,6 +39,7 @@ describe('resolveConfig', () => {
       holdMs: 10,
       connectTimeoutMs: 5000,
       logLevel: 'info',
+      logTime: 'epoch',
       mode: 'enforce',
       adminListen: { host: '127.0.0.1', port: 9180 },
       watchRules: false,
@@ -79,6 +80,8 @@ describe('resolveConfig', () => {
       '1500',
       '--log-level',
       'debug',
+      '--log-time',
+      'iso',
     ]);
     expect(config.listen).toEqual({ host: '0.0.0.0', port: 7000 });
     expect(config.upstream).toMatchObject({ host: '10.0.0.5', port: 6390, password: 'pw', db: 4 });
@@ -86,6 +89,7 @@ describe('resolveConfig', () => {
     expect(config.holdMs).toBe(25);
     expect(config.connectTimeoutMs).toBe(1500);
     expect(config.logLevel).toBe('debug');
+    expect(config.logTime).toBe('iso');
   });
 
   it('accepts --flag=value', () => {
@@ -159,6 +163,43 @@ describe('resolveConfig', () => {
       expect(err.message).toContain('--help');
     }
     expect(configError(() => resolveConfig(['--lsten', '1'], {})).message).toContain('--lsten');
+  });
+
+  it('names the known flag nearest to an unknown one', () => {
+    expect(configError(() => resolveConfig(['--upsteam', 'redis://h'], {})).message).toBe(
+      'unknown flag --upsteam (did you mean --upstream?) (see --help)',
+    );
+    expect(configError(() => resolveConfig(['--holdms=5'], {})).message).toBe(
+      'unknown flag --holdms (did you mean --hold-ms?) (see --help)',
+    );
+  });
+
+  it('refuses an unknown REDIS_LOCK_PROXY_* variable, as an unknown flag, naming the nearest known one', () => {
+    expect(configError(() => run([], { REDIS_LOCK_PROXY_HOLDMS: '50' })).message).toBe(
+      'REDIS_LOCK_PROXY_HOLDMS is not a variable of redis-lock-proxy (did you mean REDIS_LOCK_PROXY_HOLD_MS?)',
+    );
+    // Every one of them, each on its own line.
+    const both = configError(() => run([], { REDIS_LOCK_PROXY_UPSTREM: 'redis://h', REDIS_LOCK_PROXY_VERIFY_PASWORD: 'x' }));
+    expect(both).toBeInstanceOf(ConfigProblems);
+    expect(both.message.split('\n')).toEqual([
+      'REDIS_LOCK_PROXY_UPSTREM is not a variable of redis-lock-proxy (did you mean REDIS_LOCK_PROXY_UPSTREAM?)',
+      'REDIS_LOCK_PROXY_VERIFY_PASWORD is not a variable of redis-lock-proxy (did you mean REDIS_LOCK_PROXY_VERIFY_PASSWORD?)',
+    ]);
+    // The variables verify reads and the config file's are known; other programs' are none of its business.
+    expect(run([], { REDIS_LOCK_PROXY_VERIFY_USER: 'u', REDIS_LOCK_PROXY_VERIFY_PASSWORD: 'p', REDIS_PROXY_X: '1' }).holdMs).toBe(10);
+  });
+
+  it('names every setting that is wrong on its own at once', () => {
+    const err = configError(() =>
+      run(['--hold-ms', 'soon', '--mode', 'enforcing', '--listen', 'localhost'], { REDIS_LOCK_PROXY_LOG_TIME: 'local' }),
+    );
+    expect(err).toBeInstanceOf(ConfigProblems);
+    expect(err.message.split('\n')).toEqual([
+      'hold-ms must be an integer from 1 to 60000, got "soon"',
+      'REDIS_LOCK_PROXY_LOG_TIME: log-time must be one of epoch, iso, got "local"',
+      'mode must be enforce or observe, got "enforcing"',
+      expect.stringContaining('listen address "localhost" is not HOST:PORT'),
+    ]);
   });
 
   it('refuses a bad listen port or address, from a flag or the environment', () => {

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, parseAllDocuments } from 'yaml';
-import { envName, OPTIONS } from '../src/settings.js';
+import { envName, OPTIONS, OTHER_VARIABLES } from '../src/settings.js';
 import { PROGRAM_FLAGS } from './support/cli-flags.js';
 import { ROOT } from './support/cli.js';
 import { startTestProxy, type TestProxy } from './support/proxy.js';
@@ -45,7 +45,6 @@ function imageDefaults(): { env: Map<string, string>; exposed: number[] } {
 }
 
 const port = (address: string) => Number(address.slice(address.lastIndexOf(':') + 1));
-const OTHER_VARIABLES = new Set(['REDIS_LOCK_PROXY_CONFIG', 'REDIS_LOCK_PROXY_VERIFY_USER', 'REDIS_LOCK_PROXY_VERIFY_PASSWORD']);
 
 describe('examples/', () => {
   it('is what the README points to, and every file parses', () => {
@@ -60,7 +59,7 @@ describe('examples/', () => {
   });
 
   it('uses only variables, flags and config keys the proxy has', () => {
-    const variables = new Set([...Object.keys(OPTIONS).map(envName), ...OTHER_VARIABLES]);
+    const variables = new Set([...Object.keys(OPTIONS).map(envName), ...Object.keys(OTHER_VARIABLES)]);
     for (const file of FILES) {
       for (const [name] of read(file).matchAll(/REDIS_LOCK_PROXY_[A-Z_]+/g)) expect(variables, `${file}: ${name}`).toContain(name);
       for (const [, flag] of read(file).matchAll(/"--([a-z][a-z0-9-]*)"/g)) expect(PROGRAM_FLAGS, `${file}: --${flag}`).toContain(flag);
@@ -152,6 +151,78 @@ describe('examples/', () => {
     });
   });
 
+  it('says the proxy can be removed only once the last node sends the new shape, and never for a period without lock traffic', async () => {
+    // One proxy, three nodes, one sample an hour: each node's lock attempts an hour, as its
+    // release sends them, counted by the rule whose keys they are (whatever rules the proxy
+    // rewrites by). Hours 0-24: no lock traffic yet; then every 24 h one node moves from 0.15.3 to
+    // 0.16.9 (old shape on 0.16's keys), then one by one to 0.16.16 (SET NX EX); all three on
+    // 0.16.16 from hour 168 to 204; quiet from 204 to 228; traffic again after.
+    type Release = '-' | '0.15.3' | '0.16.9' | '0.16.16';
+    const fleetAt = (hour: number): Release[] => {
+      const step = Math.floor(hour / 24);
+      if (hour < 24) return ['-', '-', '-'];
+      if (hour >= 204 && hour < 228) return ['-', '-', '-'];
+      const upgraded = (to: Release, count: number): Release[] => [0, 1, 2].map((i) => (i < count ? to : '0.15.3'));
+      if (step <= 1) return upgraded('0.16.9', 0);
+      if (step <= 4) return upgraded('0.16.9', step - 1);
+      return [0, 1, 2].map((i) => (i < step - 4 ? '0.16.16' : '0.16.9'));
+    };
+    const series = new Map<string, number[]>();
+    const add = (rule: string, shape: string, hour: number, count: number) => {
+      const key = `redis_lock_proxy_lock_attempts_total{instance="proxy",rule="${rule}",shape="${shape}"}`;
+      const values = series.get(key) ?? new Array<number>(241).fill(0);
+      for (let h = hour + 1; h < values.length; h++) values[h] += count;
+      series.set(key, values);
+    };
+    for (let hour = 0; hour < 240; hour++) {
+      for (const release of fleetAt(hour)) {
+        if (release === '0.15.3') add('stalwart-index-task-0.15', 'incrby-expire', hour, 3);
+        if (release === '0.16.9') add('stalwart-task-lock', 'incrby-expire', hour, 2);
+        if (release === '0.16.16') add('stalwart-task-lock', 'set-nx', hour, 2);
+        if (release !== '-') add('stalwart-queue-lock', release === '0.16.16' ? 'set-nx' : 'incrby-expire', hour, 10);
+      }
+    }
+    // Hours at which it fires, and at which it does not.
+    const firing = [200, 203, 240];
+    const quiet = [12, 30, 100, 130, 160, 180, 190, 205, 215, 227];
+    await promtoolTest({
+      interval: '1h',
+      input_series: [...series].map(([name, values]) => ({ series: name, values: values.join(' ') })),
+      alert_rule_test: [
+        ...firing.map((hour) => ({
+          eval_time: `${hour}h`,
+          alertname: 'RedisLockProxyCanBeRemoved',
+          exp_alerts: [alertFor('RedisLockProxyCanBeRemoved', { instance: 'proxy' })],
+        })),
+        ...quiet.map((hour) => ({ eval_time: `${hour}h`, alertname: 'RedisLockProxyCanBeRemoved', exp_alerts: [] })),
+      ],
+    });
+  });
+
+  it('alerts on lock-shaped traffic no rule covers, but not on the windowed counters of that shape', async () => {
+    const uncovered = (prefix: string, values: string) => ({
+      series: `redis_lock_proxy_lock_shaped_unmatched_total{instance="proxy",prefix="${prefix}"}`,
+      values,
+    });
+    await promtoolTest({
+      interval: '1m',
+      input_series: [
+        uncovered('0x17', '0 0 0 5 10 15'), // 0.16 task locks behind a proxy narrowed to 0.15
+        uncovered('0x02', '0 100 200 300 400 500'), // rate limits
+        uncovered('0x0b', '0 100 200 300 400 500'), // the blob quota
+        uncovered('ireq:', '0 100 200 300 400 500'), // 0.8-0.10's rate limits
+      ],
+      alert_rule_test: [
+        {
+          eval_time: '5m',
+          alertname: 'RedisLockProxyUncoveredLockTraffic',
+          exp_alerts: [alertFor('RedisLockProxyUncoveredLockTraffic', { instance: 'proxy', prefix: '0x17' })],
+        },
+        { eval_time: '2m', alertname: 'RedisLockProxyUncoveredLockTraffic', exp_alerts: [] },
+      ],
+    });
+  });
+
   describe('metrics used by the alerts and the dashboard', () => {
     let redis: RedisServer;
     let proxy: TestProxy;
@@ -221,6 +292,43 @@ async function expectAlerts(alert: string, inputs: { a: object[]; b: object[] })
     fs.writeFileSync(file, JSON.stringify(test)); // JSON is YAML
     const { stdout } = await promisify(execFile)('promtool', ['test', 'rules', file]);
     expect(stdout).toContain('SUCCESS');
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** An alert of alerts.yaml as it fires with these labels, its annotations rendered (none may use $value). */
+function alertFor(
+  alert: string,
+  labels: Record<string, string>,
+): { exp_labels: Record<string, string>; exp_annotations: Record<string, string> } {
+  const alerts = yamlOf('monitoring/alerts.yaml') as {
+    groups: Array<{ rules: Array<{ alert: string; labels: Record<string, string>; annotations: Record<string, string> }> }>;
+  };
+  const rule = alerts.groups[0].rules.find((r) => r.alert === alert);
+  expect(rule, alert).toBeDefined();
+  const render = (text: string) => text.replace(/\{\{ \$labels\.(\w+) \}\}/g, (_, name: string) => labels[name] ?? '');
+  const annotations = rule?.annotations ?? {};
+  for (const text of Object.values(annotations)) expect(text, alert).not.toContain('$value');
+  return {
+    exp_labels: { ...rule?.labels, ...labels },
+    exp_annotations: Object.fromEntries(Object.entries(annotations).map(([k, v]) => [k, render(v)])),
+  };
+}
+
+/** `promtool test rules` of alerts.yaml with one test group (evaluated as often as its samples come). */
+async function promtoolTest(test: { interval: string; input_series: object[]; alert_rule_test: object[] }): Promise<void> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-alerts-'));
+  try {
+    const file = path.join(dir, 'alert.test.yaml');
+    fs.writeFileSync(
+      file,
+      JSON.stringify({ rule_files: [path.join(EXAMPLES, 'monitoring/alerts.yaml')], evaluation_interval: test.interval, tests: [test] }),
+    );
+    const result = await promisify(execFile)('promtool', ['test', 'rules', file]).catch(
+      (error: { stdout?: string; stderr?: string }) => error,
+    );
+    expect(`${result.stdout ?? ''}${result.stderr ?? ''}`).toContain('SUCCESS');
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

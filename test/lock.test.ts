@@ -133,7 +133,6 @@ describe('BlockMatcher', () => {
 
   it('stops at the first frame that cannot belong to a match', () => {
     const cases: Array<[Buffer, boolean[]]> = [
-      [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'other:1', '1')]), [false]], // no rule
       [Buffer.concat([cmd('MULTI'), cmd('GET', 'lock:1')]), [false]],
       [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:1', '1', 'x')]), [false]],
       [Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:1')]), [false]],
@@ -150,6 +149,18 @@ describe('BlockMatcher', () => {
       [Buffer.concat([cmd('MULTI'), cmd('INCR', Buffer.alloc(2000, 'l'))]), [false]], // key too long to capture
     ];
     for (const [bytes, expected] of cases) expect(match(bytes).accepted, bytes.toString('latin1')).toEqual(expected);
+  });
+
+  it('follows the shape to its EXEC on a key no rule names, without a rule (such a block is only counted)', () => {
+    const { accepted, step, matcher } = match(lockAttempt('other:1', 60));
+    expect([accepted, step, matcher.rule]).toEqual([[true, true, true], BlockStep.Complete, undefined]);
+    expect(matcher.call().key.toString()).toBe('other:1');
+    expect(match(Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'other:1', '1'), cmd('EXPIRE', 'lock:1', '5')])).accepted).toEqual([
+      true,
+      false,
+    ]);
+    // A rule named the key: the block is the rule's.
+    expect(match(lockAttempt('lock:9', 60)).matcher.rule?.name).toBe('locks');
   });
 
   it('starts only at MULTI as a RESP array of one argument', () => {

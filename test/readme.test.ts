@@ -14,6 +14,9 @@ const OTHER_FLAGS = new Set([
   'build-arg',
   'signal',
   'force-recreate',
+  // docker run and docker compose run, for a one-off check
+  'rm',
+  'no-deps',
   'from-file',
   'network',
   'env-file',

@@ -43,6 +43,7 @@ function flow() {
   const ctx: ProxyContext = {
     upstream: { target: parseUpstreamUrl('redis://127.0.0.1:6379') } as unknown as UpstreamConnector,
     rules: () => RULES,
+    census: createRuleSet([], []),
     mode: 'enforce',
     holdMs: 50,
     connectTimeoutMs: 1000,

@@ -163,6 +163,17 @@ describe('loadRules', () => {
     expect(set.files).toEqual([single, STALWART_016]);
   });
 
+  it('parses a file read again unchanged only once, and a changed one anew', () => {
+    const once = writeFile('once.yaml', file('  - name: once\n    prefix: "once:"\n'));
+    const first = loadRules([once]).rules[0];
+    expect(loadRules([once]).rules[0]).toBe(first);
+    writeFile('once.yaml', file('  - name: once\n    prefix: "twice:"\n'));
+    expect(loadRules([once]).rules[0].prefix.toString()).toBe('twice:');
+    writeFile('once.yaml', 'rules: [');
+    expect(() => loadRules([once])).toThrowError(/invalid YAML/);
+    expect(() => loadRules([once])).toThrowError(/invalid YAML/); // a broken file is never taken from before
+  });
+
   it('refuses a path that does not exist', () => {
     const missing = path.join(dir, 'nope.yaml');
     expect(() => loadRules([missing])).toThrowError(/nope\.yaml: does not exist/);

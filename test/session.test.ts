@@ -48,6 +48,7 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
   const ctx: ProxyContext = {
     upstream,
     rules: () => RULES,
+    census: createRuleSet([], []),
     mode: 'enforce',
     holdMs: 50,
     connectTimeoutMs: 1000,

@@ -18,6 +18,8 @@ import type { LockScanState, RuleLockCounts } from './lock-scan.js';
 const PREFIX = 'redis_lock_proxy_';
 
 export interface MetricsOptions {
+  /** The version and what the loaded rules are for; `build_info` is exposed only when given. */
+  build?: () => { version: string; ruleReleases: string };
   /** Number of rules currently loaded; `rules_loaded` is exposed only when given. */
   rulesLoaded?: () => number;
   /** Rule files currently loaded; `rule_file_info{file}` is exposed only when given. */
@@ -186,15 +188,38 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
   });
   labelledCounter(
     'lock_attempts_total',
-    'Lock attempts on the keys a rule names, by shape: incrby-expire (MULTI/INCRBY/EXPIRE/EXEC, affected releases), set-nx (SET NX EX, fixed ones).',
+    "Lock attempts by shape: incrby-expire (MULTI/INCRBY/EXPIRE/EXEC, affected releases), set-nx (SET NX EX, fixed ones), on the keys of a loaded rule or of any shipped release line's rule, whatever is rewritten.",
     ['rule', 'shape'],
     (emit) => {
-      for (const [rule, counts] of stats.byRule) {
-        emit({ rule, shape: 'incrby-expire' }, counts.seen);
+      for (const [rule, counts] of stats.attempts) {
+        emit({ rule, shape: 'incrby-expire' }, counts.oldShape);
         emit({ rule, shape: 'set-nx' }, counts.fixedShape);
       }
     },
   );
+  labelledCounter(
+    'lock_shaped_unmatched_total',
+    'Lock-shaped traffic no rule covers: whole MULTI/INCR|INCRBY/EXPIRE|PEXPIRE/EXEC blocks on one key that no loaded rule names, sent unchanged, by key prefix (a text prefix up to its ":", else the first byte in hex; at most 64 prefixes, then "other").',
+    ['prefix'],
+    (emit) => {
+      for (const [prefix, value] of stats.uncovered) emit({ prefix }, value);
+    },
+  );
+
+  const { build } = opts;
+  if (build !== undefined) {
+    new Gauge({
+      name: PREFIX + 'build_info',
+      help: 'The running build (always 1): its version, the Node.js version, and the releases the loaded rules are for.',
+      labelNames: ['version', 'node_version', 'rule_releases'],
+      registers,
+      collect() {
+        this.reset();
+        const info = build();
+        this.set({ version: info.version, node_version: process.version, rule_releases: info.ruleReleases }, 1);
+      },
+    });
+  }
 
   const { ready, lockScan } = opts;
   if (ready !== undefined) {

@@ -1,6 +1,7 @@
 /**
  * Admin HTTP server: /metrics (Prometheus), /healthz (the process answers),
- * /readyz (the proxy can serve). Loopback by default (see --admin-listen);
+ * /readyz (the proxy can serve), /rules (the rules in force, JSON, for
+ * `verify`). Loopback by default (see --admin-listen);
  * it has no authentication, so it should not be exposed beyond the host or
  * the pod.
  *
@@ -49,6 +50,8 @@ export interface AdminServerOptions {
   /** Whether the proxy can serve; `detail` is shown after "ready:" / "not ready:". */
   ready: () => Promise<Readiness>;
   log: Logger;
+  /** The rules in force as /rules lists them (rules-view.ts); /rules answers 404 without it. */
+  rules?: () => unknown;
   /** Told of each connection refused (for a metric). */
   onRefused?: (reason: AdminRefusal) => void;
   /** The file descriptors it may take (default: this process's, from /proc). */
@@ -137,7 +140,7 @@ async function respond(req: IncomingMessage, res: ServerResponse, opts: AdminSer
   const query = url.indexOf('?');
   const path = query === -1 ? url : url.slice(0, query);
 
-  if (path !== '/metrics' && path !== '/healthz' && path !== '/readyz') {
+  if (path !== '/metrics' && path !== '/healthz' && path !== '/readyz' && (path !== '/rules' || opts.rules === undefined)) {
     send(req, res, { status: 404, body: 'not found\n' });
     return;
   }
@@ -154,6 +157,9 @@ async function respond(req: IncomingMessage, res: ServerResponse, opts: AdminSer
     }
     case '/healthz':
       send(req, res, { status: 200, body: 'ok\n' });
+      return;
+    case '/rules':
+      send(req, res, { status: 200, body: `${JSON.stringify(opts.rules?.())}\n`, contentType: 'application/json; charset=utf-8' });
       return;
     case '/readyz': {
       const readiness = await checkReady(opts);

@@ -26,7 +26,7 @@ import { formatAddress } from '../address.js';
 import type { ListenerTls, UpstreamTls } from '../config.js';
 import { TopologyError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { startProxy, type ProxyServer } from '../server.js';
+import { addShutdownCounts, startProxy, type ProxyServer, type ShutdownCount } from '../server.js';
 import type { ProxyContext } from '../session/context.js';
 import type { Stats } from '../stats.js';
 import { UpstreamConnector, type UpstreamLocator } from '../upstream/connect.js';
@@ -427,9 +427,9 @@ export class ClusterManager implements NodeDirectory, UpstreamLocator {
   // ------------------------------------------------------------ lifecycle
 
   /** Graceful: every node listener drains (see ProxyServer.shutdown). */
-  async shutdown(timeoutMs: number): Promise<void> {
+  async shutdown(timeoutMs: number): Promise<ShutdownCount> {
     this.stop();
-    await Promise.all([...this.byAddress.values()].map((node) => node.server?.shutdown(timeoutMs)));
+    return addShutdownCounts(await Promise.all([...this.byAddress.values()].map((node) => node.server?.shutdown(timeoutMs))));
   }
 
   async close(): Promise<void> {

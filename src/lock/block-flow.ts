@@ -15,7 +15,7 @@
  * The flow touches no socket: it works through a LockBlockPort, which the session implements,
  * and the connection's reply accounting.
  */
-import { describeKey } from '../key-text.js';
+import { describeKey, keyPrefixLabel } from '../key-text.js';
 import type { Logger } from '../log.js';
 import { encodeCommand } from '../resp/encode.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
@@ -57,6 +57,8 @@ export interface ExpectedReplies {
 export interface BlockSettings {
   /** 'observe': every rule only observes. */
   readonly mode: RuleMode;
+  /** Every shipped release line's lock keys (rules/census.ts): what a block no loaded rule names is counted by. */
+  readonly census: RuleSet;
   readonly holdMs: number;
   readonly lockMethod: LockMethodSetting;
   readonly stats: Stats;
@@ -169,9 +171,14 @@ export class LockBlocks {
    */
   complete(asking: boolean): boolean {
     this.stopTimer();
-    const rule = this.matcher.rule as Rule; // set whenever a block completes
+    const rule = this.matcher.rule;
     const call = this.matcher.call();
     const stats = this.settings.stats;
+    if (rule === undefined) {
+      this.countUncovered(call.key);
+      this.release('no-rule');
+      return false;
+    }
     stats.blockSeen(rule.name);
     if (effectiveMode(rule, this.settings.mode) === 'observe') {
       stats.blockObserved(rule.name);
@@ -187,6 +194,18 @@ export class LockBlocks {
       return true;
     }
     return this.send(block);
+  }
+
+  /**
+   * A whole lock-shaped block on a key no loaded rule names: it goes upstream as it came. It is
+   * counted by its key's prefix, and as an old-shape attempt when a shipped release line's rule
+   * names the key (the rules loaded may be narrowed to other releases).
+   */
+  private countUncovered(key: Buffer): void {
+    const stats = this.settings.stats;
+    stats.blockUncovered(keyPrefixLabel(key));
+    const shipped = this.settings.census.match(key);
+    if (shipped !== undefined) stats.attempt(shipped.name).oldShape++;
   }
 
   private onHoldTimeout(): void {

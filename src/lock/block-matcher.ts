@@ -1,7 +1,7 @@
 /**
- * Recognises the one transaction shape the proxy rewrites (block-shape.ts) on a key a rule
- * names. It is fed the head of each frame after MULTI and answers, as early as possible,
- * whether the block can still match.
+ * Recognises the one transaction shape the proxy rewrites (block-shape.ts), and the rule that
+ * names its key (none: the block is only counted). It is fed the head of each frame after MULTI
+ * and answers, as early as possible, whether the block can still match.
  */
 import { Cmd } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
@@ -30,6 +30,7 @@ export function framesTaken(step: BlockStep): number {
 
 export class BlockMatcher {
   step = BlockStep.Increment;
+  /** The rule that names the block's key; undefined before the increment, or when no rule does. */
   rule: Rule | undefined;
   private key: Buffer = ONE;
   private increment: LockCall['increment'] = 'INCR';
@@ -109,9 +110,9 @@ export class BlockMatcher {
     } else {
       return false;
     }
-    const rule = rules.match(key);
-    if (rule === undefined) return false;
-    this.rule = rule;
+    // Followed to its EXEC whether a rule names the key or not: a whole lock-shaped block that no
+    // rule covers is counted (block-flow.ts), so that lock kinds the loaded rules miss show.
+    this.rule = rules.match(key);
     this.key = Buffer.from(key);
     this.step = BlockStep.Expire;
     return true;

@@ -1,11 +1,13 @@
 /**
  * Lock attempts in the fixed shape: Stalwart 0.16.16 and later take a lock with
  * `SET key <deadline> NX EX <seconds>`, whose expiry a failed attempt cannot push forward. The
- * proxy never changes these; it counts them per rule beside the old-shape blocks, so that an
+ * proxy never changes these; it counts them per rule beside the old-shape blocks (a loaded rule,
+ * or else the shipped rule of any release line that names the key: rules/census.ts), so that an
  * operator sees when no node sends the old shape any more and the proxy can go.
  */
 import { Cmd, equalsIgnoreCase } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
+import { attemptRule } from '../rules/census.js';
 import type { RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
 
@@ -29,9 +31,16 @@ function isWord(bytes: Buffer, length: number, lower: Buffer): boolean {
   return length === lower.length && equalsIgnoreCase(bytes, 0, lower);
 }
 
-/** Counts the frame whose head the scanner holds when it is a fixed-shape attempt on a key a rule names. */
-export function countFixedShape(scanner: RequestScanner, rules: RuleSet, stats: Stats): void {
+/** What the count needs of the connection's listener: the rules in force, the census, the counters. */
+export interface AttemptCounting {
+  rules(): RuleSet;
+  readonly census: RuleSet;
+  readonly stats: Stats;
+}
+
+/** Counts the frame whose head the scanner holds when it is a fixed-shape attempt on a lock key. */
+export function countFixedShape(scanner: RequestScanner, counting: AttemptCounting): void {
   if (!isFixedShapeAttempt(scanner)) return;
-  const rule = rules.match(scanner.key.subarray(0, scanner.keyLength));
-  if (rule !== undefined) stats.fixedShapeAttempt(rule.name);
+  const rule = attemptRule(scanner.key.subarray(0, scanner.keyLength), counting.rules(), counting.census);
+  if (rule !== undefined) counting.stats.attempt(rule).fixedShape++;
 }

@@ -36,15 +36,20 @@ interface Progress {
   step: string;
 }
 
-/** Verifies every rule in `enforce` through the proxy, within `proxy.timeoutMs` in all. */
+/**
+ * Verifies every rule in `enforce` through the proxy, within `timeoutMs` in all; `rearmed` says
+ * what a re-armed expiry means, given what is known of the proxy's rules (verify-rules.ts).
+ */
 export function verifyRules(
   proxy: ProxyEndpoint,
   rules: RuleSet,
   enforce: readonly Rule[],
+  rearmed: string,
+  timeoutMs: number,
   verbose: (line: string) => void,
 ): Promise<Outcome> {
   const progress: Progress = { step: 'connecting' };
-  return withDeadline(proxy.timeoutMs, progress, (signal) => verifyAll(proxy, rules, enforce, signal, progress, verbose));
+  return withDeadline(timeoutMs, progress, (signal) => verifyAll(proxy, rules, enforce, rearmed, signal, progress, verbose));
 }
 
 /** Runs `work` with an overall deadline; `signal` aborts when the deadline passes. */
@@ -97,6 +102,7 @@ async function verifyAll(
   proxy: ProxyEndpoint,
   rules: RuleSet,
   enforce: readonly Rule[],
+  rearmed: string,
   signal: AbortSignal,
   progress: Progress,
   verbose: (line: string) => void,
@@ -107,7 +113,7 @@ async function verifyAll(
       progress.step = `verifying rule ${rule.name}`;
       try {
         slots ??= nameConnection(redis).then(() => servedSlots(redis, verbose));
-        await verifyRule(redis, rules, rule, await slots, verbose);
+        await verifyRule(redis, rules, rule, await slots, rearmed, verbose);
       } catch (error) {
         if (signal.aborted) throw error;
         return { kind: 'failed', message: `rule ${rule.name}: ${failureMessage(error, lastError(), proxy.viaText)}` };
@@ -194,6 +200,7 @@ async function verifyRule(
   rules: RuleSet,
   rule: Rule,
   slots: SlotRanges | null,
+  rearmed: string,
   verbose: (line: string) => void,
 ): Promise<void> {
   const key = await unusedScratchKey(redis, rules, rule, slots);
@@ -217,11 +224,7 @@ async function verifyRule(
     const pttl = await redis.pttl(key);
     verbose(`rule ${rule.name}: attempt 2: counter ${second.counter}, expiry applied ${second.expirySet}, pttl ${pttl} ms`);
     if (second.expirySet !== 0 || pttl > LOWERED_PTTL_MS) {
-      throw new RuleFailure(
-        rule.name,
-        `second attempt re-armed the expiry (pttl ${pttl} ms): ` +
-          'is the client really going through redis-lock-proxy (with this rule in enforce mode)?',
-      );
+      throw new RuleFailure(rule.name, `second attempt re-armed the expiry (pttl ${pttl} ms): ${rearmed}`);
     }
     if (second.counter !== 2) {
       throw new RuleFailure(

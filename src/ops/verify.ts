@@ -3,11 +3,13 @@
  *
  * Proves, through a running proxy, that each enforce-mode rule's keys get the fix: on a scratch
  * key the rule matches, a first lock attempt sets the expiry, and a second attempt (a "loser")
- * leaves the expiry where it was instead of re-arming it. With `--stalwart VERSION` the rules are
- * that release's, so the scratch keys have its real key shapes, one per lock kind; a release
- * without the bug is said to be so, and nothing is touched. Talks to HOST:PORT exactly as an
- * application would (ioredis, `multi().incrby().expire().exec()`), so it fails when the client is
- * not really going through the proxy, or the proxy does not load the rule in enforce mode.
+ * leaves the expiry where it was instead of re-arming it. The rules are the running proxy's, as
+ * its admin endpoint lists them (`--admin`; verify-rules.ts), or verify's own where it cannot ask.
+ * With `--stalwart VERSION` the rules are that release's, so the scratch keys have its real key
+ * shapes, one per lock kind, and the proxy must enforce each; a release without the bug is said
+ * to be so, and nothing is touched. Talks to HOST:PORT exactly as an application would (ioredis,
+ * `multi().incrby().expire().exec()`), so it fails when the client is not really going through
+ * the proxy, or the proxy does not load the rule in enforce mode, and says which it knows.
  *
  * Output: one line, `verify: OK: ...` (stdout, exit 0) or `verify: FAILED: ...` (stderr, exit 1);
  * usage errors exit 2. Nothing else unless `--verbose`, so it fits a readiness probe or CI step.
@@ -18,26 +20,27 @@
  * key has no variable part (Stalwart's migration core lock) has only the live lock as its key:
  * it is listed, never touched.
  *
- * This file is the command: its options, the rules it picks and its one line of output. The
- * check is in verify-check.ts, the scratch keys in verify-scratch.ts.
+ * This file is the command: its options and its one line of output. The rules it checks are
+ * picked in verify-rules.ts (asked of the proxy in proxy-rules.ts), the check is in
+ * verify-check.ts, the scratch keys in verify-scratch.ts.
  */
-import { formatAddress, parseAddress } from '../address.js';
+import { formatAddress, parseAddress, type Address } from '../address.js';
 import { chooseRules, type RuleChoice } from '../config.js';
 import { UsageError } from '../errors.js';
-import { loadRules } from '../rules/loader.js';
 import { stalwartRelease } from '../rules/stalwart.js';
-import { releasesText } from '../rules/store.js';
 import { readCommandSettings, text } from '../settings.js';
-import type { RuleSet } from '../rules/types.js';
 import { nonEmpty, parseCommandLine, type FlagTable, integerOption, usageFailed, type Io } from './command.js';
+import { adminAddress, askProxyRules } from './proxy-rules.js';
 import { checkAnswers, verifyRules, type ProxyEndpoint } from './verify-check.js';
-import { isFixedKey } from './verify-scratch.js';
+import { selectRules, type RuleSelection } from './verify-rules.js';
 
 export const VERIFY_USAGE = `Usage: redis-lock-proxy verify --via HOST:PORT [options]
 
 Proves that a running redis-lock-proxy applies the fix for every enforce-mode
 rule: on a scratch key each rule matches, a second lock attempt
 (MULTI / INCRBY / EXPIRE / EXEC) must not re-arm the expiry the first one set.
+The rules are the running proxy's, as its admin endpoint lists them (GET
+/rules); where it cannot be asked, verify's own (--rules, --stalwart).
 Prints one line; exit 0 when every enforce rule holds, 1 when one does not
 or HOST:PORT does not answer, 2 for bad options. Usable as a readiness probe
 or CI check. For a Stalwart release without the bug there is nothing to
@@ -45,6 +48,10 @@ verify: it then only checks that HOST:PORT answers PING.
 
 Options:
   --via HOST:PORT       the proxy to test, as applications reach it (required)
+  --admin HOST:PORT     the proxy's admin endpoint, asked for the rules it runs,
+                        or "off" [default: REDIS_LOCK_PROXY_ADMIN_LISTEN as the
+                        proxy reads it, a wildcard address on --via's host;
+                        else --via's host, port 9180]
   --rules PATH          rule file or directory, as given to the proxy; repeatable
                         [REDIS_LOCK_PROXY_RULES, comma-separated]
                         (default: the shipped rules, every affected Stalwart
@@ -64,6 +71,10 @@ const DEFAULT_TIMEOUT_MS = 5000;
 
 interface VerifyOptions extends ProxyEndpoint {
   rules: RuleChoice;
+  /** Whether the rules were asked for (the --rules flag, or --stalwart), rather than the proxy's to be learnt. */
+  scoped: boolean;
+  /** The proxy's admin endpoint, or null: not to be asked. */
+  admin: Address | null;
   /** --stalwart names a release without the bug: why, and nothing is verified. */
   notAffected: string | undefined;
   verbose: boolean;
@@ -92,37 +103,44 @@ export async function run(argv: string[], io: Io): Promise<number> {
     return 0;
   }
 
-  let rules: RuleSet;
+  const started = Date.now();
+  const proxyRules = await askProxyRules(options.admin, options.timeoutMs);
+  if (proxyRules.kind === 'known') verbose(`the proxy's rules, from its admin endpoint ${proxyRules.where}`);
+  else verbose(`verify's own rules: cannot ask the proxy for its own, ${proxyRules.reason}`);
+  let selection: RuleSelection;
   try {
-    rules = loadRules(options.rules.paths, options.rules.release);
+    selection = selectRules(options.rules, options.scoped, proxyRules);
   } catch (error) {
     return usageFailed(io, 'verify', error);
   }
+  if (selection.failure !== undefined) {
+    io.stderr(`verify: FAILED: ${selection.failure}\n`);
+    return 1;
+  }
 
-  // A fixed key is a live lock: verify never takes it, even for a moment.
-  const untouched = rules.rules.filter((rule) => rule.mode === 'enforce' && isFixedKey(rule.key));
-  const enforce = rules.rules.filter((rule) => rule.mode === 'enforce' && !untouched.includes(rule));
-  const observe = rules.rules.filter((rule) => rule.mode === 'observe');
+  const { enforce, observe, untouched } = selection;
   const where = options.viaText;
   if (enforce.length === 0) {
+    const files = selection.from ?? selection.rules.files.join(', ');
     io.stderr(
-      `verify: FAILED: no enforce-mode rule to verify in ${rules.files.join(', ')}` +
-        (observe.length > 0 ? ` (observe only: ${observe.map((r) => r.name).join(', ')})` : '') +
+      `verify: FAILED: no enforce-mode rule to verify in ${files}` +
+        (observe.length > 0 ? ` (observe only: ${observe.join(', ')})` : '') +
         '\n',
     );
     return 1;
   }
 
-  const outcome = await verifyRules(options, rules, enforce, verbose);
+  const remaining = Math.max(1, options.timeoutMs - (Date.now() - started));
+  const outcome = await verifyRules(options, selection.rules, enforce, selection.rearmed(where), remaining, verbose);
   if (outcome.kind === 'ok') {
-    for (const rule of observe) verbose(`rule ${rule.name}: observe (not verified)`);
+    for (const rule of observe) verbose(`rule ${rule}: observe (not verified)`);
     for (const rule of untouched) verbose(`rule ${rule.name}: its only key is a live lock (not touched)`);
-    const observed = observe.length > 0 ? `; observe (not verified): ${observe.map((r) => r.name).join(', ')}` : '';
+    const observed = observe.length > 0 ? `; observe (not verified): ${observe.join(', ')}` : '';
     const fixed = untouched.length > 0 ? `; fixed key, not touched: ${untouched.map((r) => r.name).join(', ')}` : '';
-    const releases = releasesText(rules);
+    const from = selection.from === undefined ? '' : `; ${selection.from}`;
     io.stdout(
       `verify: OK: ${enforce.length} rule(s) enforce the fix through ${where}` +
-        `${releases === '' ? '' : ` for ${releases}`} (${enforce.map((r) => r.name).join(', ')})${observed}${fixed}\n`,
+        `${selection.releases === '' ? '' : ` for ${selection.releases}`} (${enforce.map((r) => r.name).join(', ')})${observed}${fixed}${from}\n`,
     );
     return 0;
   }
@@ -133,6 +151,7 @@ export async function run(argv: string[], io: Io): Promise<number> {
 /** The flags of `verify`. */
 export const VERIFY_FLAGS = {
   via: { type: 'string' },
+  admin: { type: 'string' },
   rules: { type: 'string', multiple: true },
   stalwart: { type: 'string' },
   'timeout-ms': { type: 'string' },
@@ -168,6 +187,8 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
     via,
     viaText: formatAddress(via.host, via.port),
     rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRules(settings),
+    scoped: values.rules !== undefined || stalwart !== undefined,
+    admin: adminAddress(values.admin, env, via),
     notAffected,
     timeoutMs,
     username,

@@ -42,7 +42,7 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseDocument, type Document } from 'yaml';
-import { RuleFileError } from '../errors.js';
+import { problemsFrom, RuleFileError } from '../errors.js';
 import { matchesLayout } from './key-layout.js';
 import { formatRange, formatVersion, parseReleaseRange, rangeContains, type ReleaseRange, type Version } from './releases.js';
 import { describeValue, isMapping, parseRule, RuleContext } from './rule-parser.js';
@@ -74,13 +74,41 @@ export interface ReleaseFilter {
  */
 export function loadRules(paths: readonly string[], release?: ReleaseFilter): RuleSet {
   const found = paths.flatMap(ruleFilesAt);
-  let parsed = found.map((file) => ({ file, ...parseRuleFile(readRuleFile(file), file) }));
+  let parsed = found.map((file) => ({ file, ...parseRuleFileOnce(readRuleFile(file), file) }));
   if (release !== undefined) parsed = filesFor(release, parsed, paths);
   return createRuleSet(
     parsed.flatMap((one) => one.rules),
     parsed.map((one) => one.file),
     parsed.flatMap((one) => one.releases),
   );
+}
+
+/**
+ * Every problem loadRules would stop at, for `check`: each path that cannot be read, each file's
+ * first problem (every file is read, not only up to the first bad one), then what only the set
+ * of files shows (a name given two meanings, no file for the release).
+ */
+export function ruleProblems(paths: readonly string[], release?: ReleaseFilter): Error[] {
+  const files: string[] = [];
+  const problems = problemsFrom(paths.map((path) => () => files.push(...ruleFilesAt(path))));
+  problems.push(...problemsFrom(files.map((file) => () => parseRuleFileOnce(readRuleFile(file), file))));
+  return problems.length > 0 ? problems : problemsFrom([() => loadRules(paths, release)]);
+}
+
+/**
+ * The last parse of each file, with the text it was parsed from. Parsing takes tens of
+ * milliseconds, and the same files are read more than once (the shipped ones for the rules in
+ * force and for the attempt census; all of them at each reload): a text read again unchanged is
+ * not parsed again. Any change to the text parses it anew.
+ */
+const lastParse = new Map<string, { text: string; parsed: RuleFile }>();
+
+function parseRuleFileOnce(text: string, file: string): RuleFile {
+  const last = lastParse.get(file);
+  if (last !== undefined && last.text === text) return last.parsed;
+  const parsed = parseRuleFile(text, file);
+  lastParse.set(file, { text, parsed });
+  return parsed;
 }
 
 function filesFor<T extends RuleFile & { file: string }>(release: ReleaseFilter, files: T[], paths: readonly string[]): T[] {

@@ -14,6 +14,8 @@ export interface ProxyContext {
   readonly upstream: UpstreamConnector;
   /** The rules in force; read for every new block, so a reload applies to open connections. */
   rules(): RuleSet;
+  /** Every shipped release line's lock keys, whatever rules are in force: what lock attempts are counted by. */
+  readonly census: RuleSet;
   /** 'observe' makes every rule observe-only. */
   readonly mode: RuleMode;
   /** How long a held MULTI waits for the rest of its block after the client's last byte. */

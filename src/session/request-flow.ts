@@ -321,7 +321,7 @@ export class RequestFlow implements LockBlockPort {
     }
     if (this.scanner.cmd === Cmd.Client) this.verifyConnection = namesVerifyConnection(this.scanner) ?? this.verifyConnection;
     else if (this.scanner.cmd === Cmd.Blocking) this.port.blockingSent();
-    if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx.rules(), this.ctx.stats);
+    if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
     if (rewrite === undefined) this.replies.expect(1);

@@ -179,6 +179,41 @@ describe('signals', () => {
     }
   }, 60_000);
 
+  it('says in its last line how many connections finished and how many were cut at --shutdown-timeout-ms', async () => {
+    const { cli, port } = await startCli(['--shutdown-timeout-ms', '500']);
+    const blocked = await RawClient.connect(port);
+    const idle = await RawClient.connect(port);
+    try {
+      blocked.write(cmd('BLPOP', 'signals:cut', '0'));
+      idle.write(cmd('PING'));
+      expect((await idle.readReplies(1)).toString()).toBe('+PONG\r\n');
+      const admin = await RawClient.connect(redis.port);
+      await expect.poll(async () => /^blocked_clients:(\d+)/m.exec(await admin.call('INFO', 'clients'))?.[1]).toBe('1');
+      await admin.close();
+      cli.kill('SIGTERM');
+      expect((await cli.exited).code).toBe(0);
+      expect(cli.logLines().at(-1)).toMatchObject({
+        msg: 'shut down',
+        level: 40,
+        connections: 2,
+        finished: 1,
+        cutAtDeadline: 1,
+        timeoutMs: 500,
+      });
+      await blocked.readUntilClosed(2000);
+
+      // Nothing in flight: nothing cut, and an info line.
+      const quiet = await startCli([]);
+      quiet.cli.kill('SIGTERM');
+      expect((await quiet.cli.exited).code).toBe(0);
+      expect(quiet.cli.logLines().at(-1)).toMatchObject({ msg: 'shut down', level: 30, connections: 0, finished: 0, cutAtDeadline: 0 });
+    } finally {
+      blocked.destroy();
+      idle.destroy();
+      await cli.stop();
+    }
+  });
+
   it('waits for a busy connection on SIGTERM, and exits at once on a second signal', async () => {
     const { cli, port } = await startCli(['--shutdown-timeout-ms', '30000']);
     try {
@@ -272,9 +307,51 @@ describe('configuration reload on SIGHUP: the rollout steps as the README writes
       const refusedBefore = count(cli, 'configuration reload refused; the settings and rules in force stay');
       cli.kill('SIGHUP');
       const refused = await nextLog(cli, 'configuration reload refused; the settings and rules in force stay', refusedBefore);
-      expect(refused.err).toBe(`config file ${config}, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"`);
+      expect(refused.err).toBe(`config file ${config}, line 6, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"`);
       const still = lockAttempt(taskLockKey(3n), 60);
       expect(await exchange(port, Buffer.concat([still, still]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+    } finally {
+      cli.kill('SIGTERM');
+      await cli.stop();
+    }
+  });
+});
+
+describe('a reload whose config file value a flag or a variable overrides', () => {
+  it('says which source won: --mode observe, mode: enforce in the file, then SIGHUP', async () => {
+    const port = await freePort();
+    const file = (mode: string) => `listen: 127.0.0.1:${port}\nupstream: ${redis.url}\nmode: ${mode}\nhold-ms: 25\n`;
+    const config = writeTmp('overridden.yaml', file('observe'));
+    const cli = new Cli(['--config', config, '--mode', 'observe'], cleanEnv({ REDIS_LOCK_PROXY_HOLD_MS: '30' }));
+    const message = 'config file settings overridden by flags or environment variables: their values in the file do not apply';
+    try {
+      // At start the file agrees with the flag on the mode; the variable wins over its hold-ms.
+      await cli.waitForLog('redis-lock-proxy listening');
+      expect(cli.logLines().find((l) => l.msg === message)).toMatchObject({
+        level: 30,
+        settings: {
+          'hold-ms': {
+            inForce: '30',
+            from: 'REDIS_LOCK_PROXY_HOLD_MS',
+            notApplied: 25,
+            in: `config file ${config}, line 4, setting "hold-ms"`,
+          },
+        },
+      });
+      writeFileSync(config, file('enforce'));
+      cli.kill('SIGHUP');
+      await cli.waitForLog('rules reloaded');
+      await expect
+        .poll(() => cli.logLines().filter((l) => l.msg === message)[1])
+        .toMatchObject({
+          level: 40,
+          trigger: 'SIGHUP',
+          settings: {
+            mode: { inForce: 'observe', from: 'flag --mode', notApplied: 'enforce', in: `config file ${config}, line 3, setting "mode"` },
+            'hold-ms': { inForce: '30', from: 'REDIS_LOCK_PROXY_HOLD_MS' },
+          },
+        });
+      expect(cli.logLines().find((l) => l.msg === 'rules reloaded')).toMatchObject({ mode: 'observe' });
     } finally {
       cli.kill('SIGTERM');
       await cli.stop();

@@ -123,6 +123,25 @@ describe('running', () => {
     }
   });
 
+  it("gives log times as ISO 8601 with --log-time iso, and as pino's milliseconds by default", async () => {
+    for (const [flags, time] of [
+      [['--log-time', 'iso'], /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/],
+      [[], /^\d{13}$/],
+    ] as const) {
+      const cli = new Cli(['--listen', '127.0.0.1:0', '--upstream', redis.url, ...flags], cleanEnv());
+      try {
+        const ready = await cli.waitForLog('redis-lock-proxy listening');
+        expect(String(ready.time)).toMatch(time);
+        expect(typeof ready.time).toBe(flags.length > 0 ? 'string' : 'number');
+      } finally {
+        cli.kill('SIGTERM');
+        await cli.stop();
+      }
+    }
+    const wrong = await runCli(['--log-time', 'local']);
+    expect([wrong.code, wrong.stderr]).toEqual([2, 'redis-lock-proxy: log-time must be one of epoch, iso, got "local"\n']);
+  });
+
   it('is configured the same way by REDIS_LOCK_PROXY_* environment variables', async () => {
     const port = await freePort();
     const rules = writeTmp(
@@ -260,26 +279,39 @@ describe('config file', () => {
     }
   });
 
-  it('refuses unknown settings and wrong types, naming them', async () => {
-    const typo = writeTmp('typo.yaml', 'listne: 127.0.0.1:1\n');
+  it('refuses unknown settings and wrong types, naming the file, the line and the key of each', async () => {
+    const typo = writeTmp('typo.yaml', '# the proxy\nlistne: 127.0.0.1:1\nwatch-rules: sometimes\n');
     const exit = await runCli(['--config', typo]);
     expect(exit.code).toBe(2);
-    expect(exit.stderr).toContain(`config file ${typo}: unknown setting "listne"`);
-    const wrong = writeTmp('wrong.yaml', 'watch-rules: sometimes\n');
-    const exit2 = await runCli(['--config', wrong]);
-    expect(exit2.code).toBe(2);
-    expect(exit2.stderr).toContain('setting "watch-rules" must be true or false');
-    // A value of the right YAML type that the setting refuses names the file and the key too.
+    expect(exit.stderr).toBe(
+      `redis-lock-proxy: config file ${typo}, line 2, setting "listne": unknown setting (did you mean listen? settings are named like the flags)\n` +
+        `redis-lock-proxy: config file ${typo}, line 3, setting "watch-rules": must be true or false, got "sometimes"\n`,
+    );
+    // A value of the right YAML type that the setting refuses names the file, the line and the key too.
     const ten = writeTmp('ten.yaml', 'hold-ms: ten\n');
     const exit3 = await runCli(['--config', ten]);
     expect(exit3.code).toBe(2);
     expect(exit3.stderr).toBe(
-      `redis-lock-proxy: config file ${ten}, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"\n`,
+      `redis-lock-proxy: config file ${ten}, line 1, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"\n`,
     );
     const mode = writeTmp('mode.yaml', 'mode: enforcing\n');
     expect((await runCli(['--config', mode])).stderr).toBe(
-      `redis-lock-proxy: config file ${mode}, setting "mode": mode must be enforce or observe, got "enforcing"\n`,
+      `redis-lock-proxy: config file ${mode}, line 1, setting "mode": mode must be enforce or observe, got "enforcing"\n`,
     );
+    const broken = writeTmp('broken.yaml', 'listen: 127.0.0.1:1\nmode: a: b\n');
+    const yamlError = (await runCli(['--config', broken])).stderr;
+    expect(yamlError.startsWith(`redis-lock-proxy: config file ${broken}: not valid YAML: `)).toBe(true);
+    expect(yamlError).toMatch(/ at line 2, column \d+:?\n$/);
+  });
+
+  it('refuses an unknown REDIS_LOCK_PROXY_* variable, naming the nearest known one, as an unknown flag', async () => {
+    const exit = await runCli([], { REDIS_LOCK_PROXY_HOLDMS: '50' });
+    expect([exit.code, exit.stdout]).toEqual([2, '']);
+    expect(exit.stderr).toBe(
+      'redis-lock-proxy: REDIS_LOCK_PROXY_HOLDMS is not a variable of redis-lock-proxy (did you mean REDIS_LOCK_PROXY_HOLD_MS?)\n',
+    );
+    const flag = await runCli(['--holdms', '50']);
+    expect([flag.code, flag.stderr]).toEqual([2, 'redis-lock-proxy: unknown flag --holdms (did you mean --hold-ms?) (see --help)\n']);
   });
 
   it('a wrong value in a variable names the variable', async () => {
@@ -369,8 +401,9 @@ describe('startup failures', () => {
       code: 2,
       stdout: '',
       stderr:
-        'redis-lock-proxy: unknown command "lock": the commands are verify (prove the fix through a running proxy) and ' +
-        'locks (list and release lock keys); without a command it runs the proxy (see --help)\n',
+        'redis-lock-proxy: unknown command "lock": the commands are check (check a configuration without starting), verify ' +
+        '(prove the fix through a running proxy) and locks (list and release lock keys); without a command it runs the proxy ' +
+        '(see --help)\n',
     });
   });
 

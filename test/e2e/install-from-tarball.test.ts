@@ -6,7 +6,7 @@
  * installed command.
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -82,12 +82,30 @@ describe('the command installed from the tarball', () => {
 });
 
 describe('examples/systemd/redis-lock-proxy.service', () => {
+  it('runs check before a start and a reload as the unit does: the example config passes, a broken rule file does not', async () => {
+    const unit = readFileSync(UNIT, 'utf8');
+    // The environment the unit gives its commands: the config file, here the shipped example.
+    const environment = /^Environment=(REDIS_LOCK_PROXY_CONFIG)=(.*)$/m.exec(unit);
+    expect(environment?.[2]).toBe('/etc/redis-lock-proxy/config.yaml');
+    const command = /^ExecStartPre=\/usr\/local\/bin\/redis-lock-proxy (.*)$/m.exec(unit)?.[1].split(' ') ?? [];
+    const env = { REDIS_LOCK_PROXY_CONFIG: path.join(ROOT, 'examples/systemd/config.yaml'), REDIS_LOCK_PROXY_ADMIN_LISTEN: '' };
+    const ok = await runCli(command, env, 10_000, installed);
+    expect(ok.stdout, ok.stderr).toMatch(/^check: OK: listen 127\.0\.0\.1:6380, .*mode observe, /);
+
+    const rules = path.join(tmp, 'broken-rules');
+    mkdirSync(rules);
+    writeFileSync(path.join(rules, 'site.yaml'), 'rules:\n  - name: site\n    prefix: "site:\n');
+    const broken = await runCli([...command, '--rules', rules], env, 10_000, installed);
+    expect(broken.code).toBe(2);
+    expect(broken.stderr).toContain(`${path.join(rules, 'site.yaml')}: invalid YAML`);
+  });
+
   it('passes systemd-analyze verify, with ExecStart at the installed command', async () => {
     const unit = readFileSync(UNIT, 'utf8');
     expect(unit).toMatch(/^ExecStart=\/usr\/local\/bin\/redis-lock-proxy$/m);
     // The unit as the README installs it, but where this test installed the command.
     const file = path.join(tmp, 'redis-lock-proxy.service');
-    writeFileSync(file, unit.replace('/usr/local/bin/redis-lock-proxy', installed));
+    writeFileSync(file, unit.replaceAll('/usr/local/bin/redis-lock-proxy', installed));
     const { stdout, stderr } = await run('systemd-analyze', ['verify', file]);
     expect(stdout + stderr).toBe('');
     // What the README promises of it.
@@ -95,7 +113,9 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
       'Before=stalwart.service stalwart-mail.service',
       'Type=notify', // Stalwart, ordered after it, starts once the proxy listens and Redis answers
       'RestartPreventExitStatus=2', // a configuration error is not retried every 2 s
-      'ExecReload=/bin/kill -HUP $MAINPID',
+      // Everything a start and a reload would use is checked first; a reload that does not check goes no further.
+      'ExecStartPre=/usr/local/bin/redis-lock-proxy check',
+      'ExecReload=/usr/local/bin/redis-lock-proxy check\nExecReload=/bin/kill -HUP $MAINPID',
       'Restart=on-failure',
       'NoNewPrivileges=yes',
       'ProtectSystem=strict',

@@ -3,7 +3,8 @@
  *
  * - lock attempts are counted per rule in both shapes, the old block (MULTI/INCRBY/EXPIRE/EXEC)
  *   and the fixed one (SET key value NX EX n, Stalwart 0.16.16+), in /metrics;
- * - the periodic report says whether old-shape attempts came in its period;
+ * - the periodic report says whether old-shape attempts came in its period, only fixed-shape ones,
+ *   or no lock attempt at all (the rules narrowed to one release: removal-signal.test.ts);
  * - `verify`'s own blocks (the Kubernetes example's readiness probe) count apart, so that the
  *   "safe to remove" signal reads the application's attempts only;
  * - the lock scan exports, per rule, the lock keys, the abandoned ones (no expiry) and the
@@ -17,17 +18,12 @@ import { run as verify } from '../../src/ops/verify.js';
 import { ROOT } from '../support/cli.js';
 import { runOp } from '../support/ops.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { sample } from '../support/metrics.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
 const env = redisWithAdmin();
-
-/** The value of one series in a metrics text, or undefined. */
-function sample(text: string, series: string): number | undefined {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
 
 describe('lock attempts by shape', () => {
   let proxy: TestProxy;
@@ -57,21 +53,26 @@ describe('lock attempts by shape', () => {
     expect(sample(text, 'redis_lock_proxy_ready')).toBe(1);
   });
 
-  it('reports each period whether old-shape attempts were seen', async () => {
-    const report = (msg: RegExp) => proxy.logs().filter((l) => typeof l.msg === 'string' && msg.test(l.msg));
-    const seenBefore = report(/^old-shape lock attempts/).length;
+  it('reports each period whether old-shape attempts were seen, only fixed-shape ones, or none at all', async () => {
+    const report = (verdict: string) => proxy.logs().filter((l) => l.verdict === verdict);
+    const seenBefore = report('old-shape-seen').length;
     expect(await exchange(proxy.port, lockAttempt(taskLockKey(7n), 60), 4)).toBe(attemptReplies(1, 1));
-    await expect
-      .poll(() => report(/^old-shape lock attempts/).length > seenBefore, { message: 'an old-shape report', timeout: 5000 })
-      .toBe(true);
+    await expect.poll(() => report('old-shape-seen').length > seenBefore, { message: 'an old-shape report', timeout: 5000 }).toBe(true);
     // The period may also hold the previous test's attempts.
-    const seen = report(/^old-shape lock attempts/).at(-1) as { oldShape: number; rules: Record<string, { oldShape: number }> };
+    const seen = report('old-shape-seen').at(-1) as { oldShape: number; msg: string; rules: Record<string, { oldShape: number }> };
     expect(seen.oldShape).toBeGreaterThanOrEqual(1);
     expect(seen.rules['stalwart-task-lock'].oldShape).toBeGreaterThanOrEqual(1);
+    expect(seen.msg).toBe('old-shape lock attempts (MULTI/INCRBY/EXPIRE/EXEC) seen: nodes of an affected release still run');
+    await expect.poll(() => report('no-lock-traffic').length > 0, { message: 'a report of no lock traffic', timeout: 3000 }).toBe(true);
+    expect(report('no-lock-traffic').at(-1)).toMatchObject({ oldShape: 0, fixedShape: 0, periodMs: 400 });
+
+    const fixedBefore = report('fixed-shape-only').length;
+    const deadline = String(Math.floor(Date.now() / 1000) + 3600);
+    expect(await exchange(proxy.port, cmd('SET', taskLockKey(8n), deadline, 'NX', 'EX', '3600'), 1)).toBe('+OK\r\n');
     await expect
-      .poll(() => report(/^no old-shape lock attempt/).length > 0, { message: 'a report of no old-shape attempt', timeout: 3000 })
+      .poll(() => report('fixed-shape-only').length > fixedBefore, { message: 'a report of fixed-shape attempts only', timeout: 5000 })
       .toBe(true);
-    expect(report(/^no old-shape lock attempt/).at(-1)).toMatchObject({ oldShape: 0, periodMs: 400 });
+    expect(report('fixed-shape-only').at(-1)).toMatchObject({ oldShape: 0, fixedShape: 1 });
   });
 });
 
@@ -89,7 +90,7 @@ describe("verify's own checks", () => {
   it('do not count as lock attempts: the example probe leaves the "safe to remove" signal alone', async () => {
     const proxy = await startTestProxy({ upstream: env.redis.url, admin: true, flags: ['--lock-attempt-report-ms', '300'] });
     try {
-      const reports = () => proxy.logs().filter((l) => typeof l.msg === 'string' && /old-shape lock attempt/.test(l.msg));
+      const reports = () => proxy.logs().filter((l) => typeof l.verdict === 'string');
       const before = reports().length;
       const probe = exampleProbe().map((arg) => (arg === '127.0.0.1:6380' ? `127.0.0.1:${proxy.port}` : arg));
       for (let run = 0; run < 3; run++) {
@@ -100,8 +101,7 @@ describe("verify's own checks", () => {
       // Two report periods after the probes: every period that held them has been reported.
       const after = reports().length;
       await expect.poll(() => reports().length, { timeout: 5000 }).toBeGreaterThanOrEqual(after + 2);
-      for (const report of reports().slice(before))
-        expect(report).toMatchObject({ msg: 'no old-shape lock attempt (MULTI/INCRBY/EXPIRE/EXEC) seen' });
+      for (const report of reports().slice(before)) expect(report).toMatchObject({ verdict: 'no-lock-traffic' });
 
       const text = await proxy.metrics();
       expect(sample(text, 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}') ?? 0).toBe(0);
@@ -118,7 +118,7 @@ describe("verify's own checks", () => {
           sample(await proxy.metrics(), 'redis_lock_proxy_lock_attempts_total{rule="stalwart-task-lock",shape="incrby-expire"}'),
         )
         .toBe(1);
-      await expect.poll(() => reports().some((l) => /^old-shape lock attempts/.test(String(l.msg))), { timeout: 5000 }).toBe(true);
+      await expect.poll(() => reports().some((l) => l.verdict === 'old-shape-seen'), { timeout: 5000 }).toBe(true);
     } finally {
       await proxy.close();
     }

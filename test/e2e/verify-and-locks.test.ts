@@ -136,14 +136,18 @@ describe('verify', () => {
     );
   });
 
-  it('fails directly against Redis: the second attempt re-armed the expiry', async () => {
+  it('fails directly against Redis: the second attempt re-armed the expiry, and it says what it could not know', async () => {
     const before = await adminInt('DBSIZE');
-    const result = await runOp(verify, ['--via', `127.0.0.1:${env.redis.port}`]);
+    const result = await runOp(verify, ['--via', `127.0.0.1:${env.redis.port}`, '--admin', 'off']);
     expect(result.code).toBe(1);
     expect(result.stdout).toBe('');
     expect(lines(result.stderr)).toHaveLength(1);
     expect(result.stderr).toMatch(
-      /^verify: FAILED: rule stalwart-purge-account: second attempt re-armed the expiry \(pttl (\d+) ms\): is the client really going through redis-lock-proxy/,
+      new RegExp(
+        '^verify: FAILED: rule stalwart-purge-account: second attempt re-armed the expiry \\(pttl (\\d+) ms\\): the fix did not apply ' +
+          `to this rule's keys at 127\\.0\\.0\\.1:${env.redis.port}: either the client does not go through redis-lock-proxy there, ` +
+          'or the proxy does not load this rule in enforce mode .* could not ask it which rules it runs: the admin endpoint is off',
+      ),
     );
     const pttl = Number(/pttl (\d+) ms/.exec(result.stderr)?.[1]);
     expect(pttl).toBeGreaterThan(55_000);

@@ -2,7 +2,8 @@
  * What one client of the integrity stress sends, and the exact model of what Redis answers: its
  * own keys only (named with a hash tag of its own, so that in a cluster they share one node),
  * values of heavy-tailed sizes made of pattern records (pattern.ts), counters, transactions,
- * Stalwart lock blocks on a task key of its own, and messages to the subscriber paired with it.
+ * Stalwart lock blocks on a task key of its own, blocks of the same shape on counters no rule
+ * names (held to their EXEC, then sent unchanged), and messages to the subscriber paired with it.
  * Each batch is a pipeline of commands and the segments its replies must be, byte for byte.
  */
 import type { Rng } from '../bench/random.js';
@@ -32,8 +33,10 @@ export interface Batch {
 const KEYS = 8;
 /** The lock's lease: long enough never to run out during a run. */
 const LOCK_SECONDS = 3600;
+/** A windowed counter's expiry, set again by every block: long enough never to run out during a run. */
+const WINDOW_SECONDS = 86_400;
 
-type Op = 'set' | 'get' | 'getrange' | 'incrby' | 'del' | 'ping' | 'multi' | 'lock' | 'release' | 'publish';
+type Op = 'set' | 'get' | 'getrange' | 'incrby' | 'del' | 'ping' | 'multi' | 'lock' | 'release' | 'window' | 'publish';
 const OPS: ReadonlyArray<readonly [number, Op]> = [
   [22, 'set'],
   [28, 'get'],
@@ -44,6 +47,7 @@ const OPS: ReadonlyArray<readonly [number, Op]> = [
   [8, 'multi'],
   [10, 'lock'],
   [2, 'release'],
+  [4, 'window'],
   [8, 'publish'],
 ];
 
@@ -70,6 +74,8 @@ export class ClientWorkload {
   private nextVersion = 1;
   private readonly counters: bigint[] = new Array<bigint>(KEYS).fill(0n);
   private lockCounter = 0;
+  /** Each windowed counter's value now. */
+  private readonly windows: number[] = new Array<number>(KEYS).fill(0);
   private messages = 0;
   /** What was sent, by kind (for the report). */
   readonly sent = new Map<Op, number>();
@@ -159,6 +165,16 @@ export class ClientWorkload {
         segments.push(...line(`:${this.lockCounter > 0 ? 1 : 0}\r\n`, `DEL lock ${this.lockKey.toString('hex')}`));
         this.lockCounter = 0;
         return;
+      case 'window': {
+        // A rate limit's shape: no rule names the key, so the block runs as sent and its expiry is set every time.
+        const key = `${this.tag}:window:${k}`;
+        this.windows[k]++;
+        frames.push(lockAttempt(key, WINDOW_SECONDS));
+        segments.push(
+          ...line(`+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:${this.windows[k]}\r\n:1\r\n`, `counter block #${this.windows[k]} on ${key}`),
+        );
+        return;
+      }
       case 'publish':
         return this.publish(frames, segments);
     }

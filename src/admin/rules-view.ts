@@ -1,0 +1,55 @@
+/**
+ * The rules in force as the admin endpoint `/rules` lists them (JSON), and the reading of that
+ * list by `verify`, which checks the running proxy's rules rather than guessing them. Read-only:
+ * names, modes, canonical definitions, files and releases; nothing of the traffic.
+ */
+import type { RuleSet, RuleMode } from '../rules/types.js';
+import { effectiveMode } from '../rules/types.js';
+import { releasesText } from '../rules/store.js';
+
+export interface RulesView {
+  readonly version: string;
+  /** The proxy's --mode. */
+  readonly mode: RuleMode;
+  /** The releases the loaded rule files are for, e.g. "Stalwart 0.15.0 - 0.15.5"; "" for none. */
+  readonly releases: string;
+  readonly files: readonly string[];
+  readonly rules: ReadonlyArray<{
+    readonly name: string;
+    /** What the rule does under the proxy's --mode. */
+    readonly mode: RuleMode;
+    /** Its canonical definition (Rule.definition): the same rule read from the same file says the same. */
+    readonly definition: string;
+  }>;
+}
+
+export function rulesView(rules: RuleSet, mode: RuleMode, version: string): RulesView {
+  return {
+    version,
+    mode,
+    releases: releasesText(rules),
+    files: [...rules.files],
+    rules: rules.rules.map((rule) => ({ name: rule.name, mode: effectiveMode(rule, mode), definition: rule.definition })),
+  };
+}
+
+/** A `/rules` answer read back; throws, saying what is wrong, when it is not one. */
+export function readRulesView(json: unknown): RulesView {
+  const view = json as Partial<RulesView> | null;
+  const modes = ['enforce', 'observe'];
+  const isText = (value: unknown): value is string => typeof value === 'string';
+  if (
+    view === null ||
+    typeof view !== 'object' ||
+    !isText(view.version) ||
+    !modes.includes(view.mode as string) ||
+    !isText(view.releases) ||
+    !Array.isArray(view.files) ||
+    !view.files.every(isText) ||
+    !Array.isArray(view.rules) ||
+    !view.rules.every((rule) => isText(rule?.name) && modes.includes(rule?.mode) && isText(rule?.definition))
+  ) {
+    throw new Error('the answer is not a list of rules as redis-lock-proxy gives it');
+  }
+  return view as RulesView;
+}
