@@ -4,22 +4,18 @@
  * directly against Redis it re-arms it, and the output looks as the README shows it.
  */
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import path from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { ROOT } from '../support/cli.js';
+import { codeBlocksUnder, docFile } from '../support/docs.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 
 const env = redisAndProxy();
 
 /** The first two code blocks after the heading: the lines to paste, and the output shown. */
 function demo(): { script: string; shown: string } {
-  const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('### See the fix at work'));
-  const blocks = [...section.matchAll(/```(\w*)\n([\s\S]*?)```/g)].slice(0, 2);
-  expect(blocks.map((b) => b[1])).toEqual(['sh', '']);
-  return { script: blocks[0][2], shown: blocks[1][2] };
+  const blocks = codeBlocksUnder(docFile('README.md').text, '### See the fix at work').slice(0, 2);
+  expect(blocks.map((b) => b.info)).toEqual(['sh', '']);
+  return { script: blocks[0].code, shown: blocks[1].code };
 }
 
 const LINE = /^port (\d+): counter (\d+), ttl (\d+) ms$/;
