@@ -298,7 +298,7 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
     );
     await expectHealthy(observing.container);
 
-    // Moved by the flag instead, the admin address is not where the HEALTHCHECK looks (as the README warns).
+    // Moved by the flag instead, the admin address is not where the HEALTHCHECK looks (as docs/running.md warns).
     const flagged = await startProxy({ ports: [RESP_PORT, 9191], args: ['--admin-listen', '0.0.0.0:9191'] });
     expect(await flagged.container.healthcheck()).toBe(false);
 
