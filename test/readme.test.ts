@@ -38,6 +38,8 @@ const OTHER_FLAGS = new Set([
   'branch',
   'enable-debug-command',
   'host',
+  // mmdebstrap, for a base image built from Debian packages
+  'variant',
 ]);
 
 describe('README.md and docs/', () => {
