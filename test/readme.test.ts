@@ -38,7 +38,8 @@ const OTHER_FLAGS = new Set([
   'branch',
   'enable-debug-command',
   'host',
-  // mmdebstrap, for a base image built from Debian packages
+  // podman's ulimits, and mmdebstrap for a base image built from Debian packages
+  'ulimit',
   'variant',
 ]);
 

@@ -15,6 +15,7 @@ import { churn } from '../bench/churn.js';
 import { MEMORY_FULL } from '../bench/memory-tests.js';
 import { openIdleConnections, slowReaders } from '../bench/memory.js';
 import { ROOT } from '../support/cli.js';
+import { podmanNotes } from '../support/docs.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptCounter, taskLockKey } from '../support/stalwart.js';
 import { createNetwork, httpGet, runContainer, type Container, type RunOptions } from './support/containers.js';
@@ -170,6 +171,25 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
       expect(write.code, dir).not.toBe(0);
       expect(write.stderr, dir).toMatch(/Read-only file system/);
     }
+  });
+
+  it('starts under the ulimits docs/running.md gives for hosts whose hard limits are below podman’s defaults', async () => {
+    // The open-file limit at most what this host allows, as the note says.
+    const hardFiles = Number((await promisify(execFile)('sh', ['-c', 'ulimit -Hn'])).stdout.trim());
+    const ulimits = podmanNotes().ulimits.map((ulimit) => {
+      const [, name, value] = /^(\w+)=(\d+):\2$/.exec(ulimit) ?? [];
+      expect(name, ulimit).toBeDefined();
+      return name === 'nofile' && hardFiles < Number(value) ? `nofile=${hardFiles}:${hardFiles}` : ulimit;
+    });
+    const limited = await startProxy({ ulimits });
+    const limits = (await limited.container.exec(['cat', '/proc/1/limits'])).stdout;
+    const limit = (name: string) =>
+      /^Max (?:open files|processes)\s+(\d+)\s+(\d+)/m.exec(limits.split('\n').find((line) => line.startsWith(name)) ?? '');
+    for (const ulimit of ulimits) {
+      const [, name, value] = /^(\w+)=(\d+):/.exec(ulimit) ?? [];
+      expect(limit(name === 'nofile' ? 'Max open files' : 'Max processes')?.slice(1), ulimit).toEqual([value, value]);
+    }
+    expect((await lockTwice(limited.resp, freshTaskKey())).rearmed).toBe(false);
   });
 
   it("proxies, and fixes a lock taken with Stalwart's exact bytes", async () => {
