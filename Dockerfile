@@ -14,7 +14,9 @@
 #   docker buildx imagetools inspect node:24-bookworm-slim
 # and build with
 #   --build-arg NODE_IMAGE=node:24-bookworm-slim@sha256:<digest>
-# or change the default below to that reference.
+# or change the default below to that reference. Where no registry answers,
+# .ci/node-base-image.sh builds this base from Debian packages and Node from the
+# npm registry (docs/running.md#the-base-image-and-building-where-no-registry-answers).
 ARG NODE_IMAGE=node:24-bookworm-slim
 
 # ---------------------------------------------------------------- build stage

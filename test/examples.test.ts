@@ -16,6 +16,7 @@ import { parse as parseYaml, parseAllDocuments } from 'yaml';
 import { envName, OPTIONS, OTHER_VARIABLES } from '../src/settings.js';
 import { PROGRAM_FLAGS } from './support/cli-flags.js';
 import { ROOT } from './support/cli.js';
+import { docsText } from './support/docs.js';
 import { startTestProxy, type TestProxy } from './support/proxy.js';
 import { startRedis, type RedisServer } from './support/redis.js';
 
@@ -47,10 +48,10 @@ function imageDefaults(): { env: Map<string, string>; exposed: number[] } {
 const port = (address: string) => Number(address.slice(address.lastIndexOf(':') + 1));
 
 describe('examples/', () => {
-  it('is what the README points to, and every file parses', () => {
-    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+  it('is what the documentation points to, and every file parses', () => {
+    const docs = docsText();
     for (const file of FILES) {
-      expect(readme, file).toContain(`examples/${file}`);
+      expect(docs, file).toContain(`examples/${file}`);
       if (file.endsWith('.json')) expect(() => JSON.parse(read(file))).not.toThrow();
       if (file.endsWith('.yaml')) {
         for (const doc of parseAllDocuments(read(file))) expect(doc.errors, file).toEqual([]);

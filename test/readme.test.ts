@@ -1,15 +1,14 @@
 /**
- * The README is the front door: every setting the proxy has is documented
- * there, with its environment variable, and every flag it mentions exists.
+ * The documentation (README.md and docs/*.md): every setting the proxy has is
+ * documented in it, with its flag and its environment variable, and every flag
+ * any of its files mentions exists.
  */
-import fs from 'node:fs';
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { envName, OPTIONS } from '../src/settings.js';
 import { PROGRAM_FLAGS } from './support/cli-flags.js';
+import { docFiles, docsText } from './support/docs.js';
 
-const README = fs.readFileSync(path.resolve(import.meta.dirname, '../README.md'), 'utf8');
-/** Flags of other programs quoted in the README. */
+/** Flags of other programs quoted in the documentation. */
 const OTHER_FLAGS = new Set([
   'build-arg',
   'signal',
@@ -39,22 +38,30 @@ const OTHER_FLAGS = new Set([
   'branch',
   'enable-debug-command',
   'host',
+  // podman's ulimits, and mmdebstrap for a base image built from Debian packages
+  'ulimit',
+  'variant',
 ]);
 
-describe('README', () => {
-  it('documents every setting, its flag and its environment variable', () => {
+describe('README.md and docs/', () => {
+  it('document every setting, its flag and its environment variable', () => {
+    const docs = docsText();
     for (const name of Object.keys(OPTIONS)) {
-      expect(README, `--${name}`).toContain(`--${name}`);
+      expect(docs, `--${name}`).toContain(`--${name}`);
       const variable = envName(name);
       const short = variable.replace(/^(REDIS_LOCK_PROXY_\w+?)_(KEY|PASSWORD)$/, '_$2');
-      expect(README.includes(variable) || README.includes(short), variable).toBe(true);
+      expect(docs.includes(variable) || docs.includes(short), variable).toBe(true);
     }
   });
 
-  it('mentions no flag the proxy does not have', () => {
+  it('mention no flag the proxy does not have, in any file', () => {
     const known = new Set([...PROGRAM_FLAGS, ...OTHER_FLAGS]);
-    const mentioned = new Set([...README.matchAll(/`[^`]*?--([a-z][a-z0-9-]+)/g)].map((m) => m[1]));
-    const unknown = [...mentioned].filter((flag) => !known.has(flag));
+    const unknown = docFiles().flatMap(({ file, text }) =>
+      // Link targets are not text: an anchor such as #docker-compose-stalwart--proxy-sidecar--redis names no flag.
+      [...new Set([...text.replace(/\]\([^)]*\)/g, ']()').matchAll(/`[^`]*?--([a-z][a-z0-9-]+)/g)].map((m) => m[1]))]
+        .filter((flag) => !known.has(flag))
+        .map((flag) => `${file}: --${flag}`),
+    );
     expect(unknown).toEqual([]);
   });
 });

@@ -16,7 +16,7 @@
  *    (on a missing key it writes nothing, and answers 0), so that a user refused the expiry is
  *    refused before the increment creates a lock that would have none (Redis would have refused
  *    the whole block). A user refused MULTI or EXEC, or EXPIRE on a key that exists, is not told
- *    apart there: see the README.
+ *    apart there: see docs/behaviour.md#how-the-block-is-sent.
  * 2. The increment runs with pcall. An error of its execution (wrong type, not an integer,
  *    overflow) lands inside the array exactly where EXEC would put it; any other error (OOM,
  *    READONLY, ...) is one Redis raises before running a command, and is returned as it is.

@@ -15,6 +15,7 @@ import { churn } from '../bench/churn.js';
 import { MEMORY_FULL } from '../bench/memory-tests.js';
 import { openIdleConnections, slowReaders } from '../bench/memory.js';
 import { ROOT } from '../support/cli.js';
+import { podmanNotes } from '../support/docs.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptCounter, taskLockKey } from '../support/stalwart.js';
 import { createNetwork, httpGet, runContainer, type Container, type RunOptions } from './support/containers.js';
@@ -172,6 +173,25 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
     }
   });
 
+  it('starts under the ulimits docs/running.md gives for hosts whose hard limits are below podman’s defaults', async () => {
+    // The open-file limit at most what this host allows, as the note says.
+    const hardFiles = Number((await promisify(execFile)('sh', ['-c', 'ulimit -Hn'])).stdout.trim());
+    const ulimits = podmanNotes().ulimits.map((ulimit) => {
+      const [, name, value] = /^(\w+)=(\d+):\2$/.exec(ulimit) ?? [];
+      expect(name, ulimit).toBeDefined();
+      return name === 'nofile' && hardFiles < Number(value) ? `nofile=${hardFiles}:${hardFiles}` : ulimit;
+    });
+    const limited = await startProxy({ ulimits });
+    const limits = (await limited.container.exec(['cat', '/proc/1/limits'])).stdout;
+    const limit = (name: string) =>
+      /^Max (?:open files|processes)\s+(\d+)\s+(\d+)/m.exec(limits.split('\n').find((line) => line.startsWith(name)) ?? '');
+    for (const ulimit of ulimits) {
+      const [, name, value] = /^(\w+)=(\d+):/.exec(ulimit) ?? [];
+      expect(limit(name === 'nofile' ? 'Max open files' : 'Max processes')?.slice(1), ulimit).toEqual([value, value]);
+    }
+    expect((await lockTwice(limited.resp, freshTaskKey())).rearmed).toBe(false);
+  });
+
   it("proxies, and fixes a lock taken with Stalwart's exact bytes", async () => {
     const client = await RawClient.connect(proxy.resp);
     try {
@@ -298,7 +318,7 @@ describe.skipIf(setup.skip !== undefined)('the image', () => {
     );
     await expectHealthy(observing.container);
 
-    // Moved by the flag instead, the admin address is not where the HEALTHCHECK looks (as the README warns).
+    // Moved by the flag instead, the admin address is not where the HEALTHCHECK looks (as docs/running.md warns).
     const flagged = await startProxy({ ports: [RESP_PORT, 9191], args: ['--admin-listen', '0.0.0.0:9191'] });
     expect(await flagged.container.healthcheck()).toBe(false);
 

@@ -235,7 +235,7 @@ describe('signals', () => {
   });
 });
 
-describe('configuration reload on SIGHUP: the rollout steps as the README writes them', () => {
+describe('configuration reload on SIGHUP: the rollout steps as docs/rollout.md writes them', () => {
   /** Waits for a log line `msg` after the first `seen` of them; returns it. */
   async function nextLog(cli: Cli, msg: string, seen: number): Promise<Record<string, unknown>> {
     const of = () => cli.logLines().filter((l) => l.msg === msg);

@@ -1,12 +1,12 @@
 /**
- * On a host, as the README's systemd steps do it: `npm pack`, then `npm install -g` of the
+ * On a host, as the systemd steps of docs/running.md do it: `npm pack`, then `npm install -g` of the
  * tarball (here into a throwaway prefix). The installed command runs from any directory, finds
  * its shipped rules, proxies, tells systemd it is ready (NOTIFY_SOCKET) and verifies; and
  * `systemd-analyze verify` accepts the example unit with its ExecStart pointing at that
  * installed command.
  */
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -103,12 +103,16 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
   it('passes systemd-analyze verify, with ExecStart at the installed command', async () => {
     const unit = readFileSync(UNIT, 'utf8');
     expect(unit).toMatch(/^ExecStart=\/usr\/local\/bin\/redis-lock-proxy$/m);
-    // The unit as the README installs it, but where this test installed the command.
+    // The unit as docs/running.md installs it, but where this test installed the command.
     const file = path.join(tmp, 'redis-lock-proxy.service');
     writeFileSync(file, unit.replaceAll('/usr/local/bin/redis-lock-proxy', installed));
     const { stdout, stderr } = await run('systemd-analyze', ['verify', file]);
     expect(stdout + stderr).toBe('');
-    // What the README promises of it.
+    // What docs/running.md promises of it.
+    // Its Documentation= is a file the installed package holds.
+    const documentation = /^Documentation=file:\/\/\/usr\/local\/lib\/node_modules\/redis-lock-proxy\/(\S+)$/m.exec(unit)?.[1];
+    expect(documentation).toBeDefined();
+    expect(existsSync(path.join(tmp, 'prefix', 'lib', 'node_modules', 'redis-lock-proxy', documentation ?? '-'))).toBe(true);
     for (const line of [
       'Before=stalwart.service stalwart-mail.service',
       'Type=notify', // Stalwart, ordered after it, starts once the proxy listens and Redis answers

@@ -235,7 +235,7 @@ describe('redis-cli', () => {
   it('typed lock block, second attempt: runs as sent, because redis-cli waits for each reply (hold deadline)', async () => {
     // redis-cli sends one line and waits for its reply before the next one, so
     // the proxy never holds a whole block: after --hold-ms it forwards the MULTI
-    // and the block runs unchanged (README: "a human typing in redis-cli").
+    // and the block runs unchanged (docs/behaviour.md: "a human typing in redis-cli").
     // So the expiry IS re-armed here, exactly as directly.
     const second = async (port: number) => {
       await adminCall('FLUSHALL');

@@ -1,5 +1,5 @@
 /**
- * Stalwart's lock traffic, byte for byte (see the wire notes in the README):
+ * Stalwart's lock traffic, byte for byte (see README.md#stalwart-releases and the comments in rules/stalwart/):
  * one contiguous buffer per attempt, binary keys with a one-byte prefix.
  */
 import { cmd, RawClient } from './resp.js';

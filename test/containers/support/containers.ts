@@ -34,6 +34,8 @@ export interface RunOptions {
   mounts?: Mount[];
   /** A memory limit (`--memory`), e.g. `256m`. */
   memory?: string;
+  /** Resource limits (`--ulimit`), e.g. `nofile=20000:20000`. */
+  ulimits?: string[];
 }
 
 /** Starts a container in the background. */
@@ -53,6 +55,7 @@ export async function runContainer(opts: RunOptions): Promise<Container> {
     ...(opts.readOnly ? ['--read-only', ...(podman ? ['--read-only-tmpfs=false'] : [])] : []),
     ...(opts.mounts ?? []).flatMap((m) => ['--volume', `${m.source}:${m.target}${m.readOnly ? ':ro' : ''}`]),
     ...(opts.memory ? ['--memory', opts.memory] : []),
+    ...(opts.ulimits ?? []).flatMap((ulimit) => ['--ulimit', ulimit]),
     ...(entrypoint !== undefined ? ['--entrypoint', entrypoint] : []),
     opts.image,
     ...entrypointArgs,

