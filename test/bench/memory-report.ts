@@ -6,6 +6,7 @@ import type { ChurnMemory, HopMemory, MemoryProfile } from './memory-tests.js';
 import type { ProcMemory } from './memory.js';
 import type { TargetName } from './processes.js';
 import type { Outcome, PerTarget } from './report.js';
+import { table } from './table.js';
 
 export interface MemoryResults {
   /** The load proxy after all rounds: how much the loads themselves took. */
@@ -92,17 +93,6 @@ export function renderMemory(memory: MemoryResults, profile: MemoryProfile, abse
 
 function ratioText(a: number | undefined, b: number | undefined): string {
   return a === undefined || b === undefined || b === 0 ? '-' : (a / b).toFixed(2);
-}
-
-/** Left-aligned first column, right-aligned figures. */
-function table(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]): string =>
-    cells
-      .map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i])))
-      .join('  ')
-      .trimEnd();
-  return [line(header), ...rows.map(line)].map((l) => '  ' + l).join('\n');
 }
 
 /** What the memory targets need of the proxy's figures. */

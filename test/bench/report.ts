@@ -12,6 +12,7 @@ import type { MemoryProfile } from './memory-tests.js';
 import { emptyMemory, memoryTargets, renderMemory, type MemoryResults } from './memory-report.js';
 import { LOCK_TARGET_NAMES, TARGET_NAMES, type TargetName } from './processes.js';
 import { TESTS, type BenchmarkResult, type TestName } from './redis-benchmark.js';
+import { table } from './table.js';
 
 export type Pipeline = 'p1' | 'p16';
 export const PIPELINES: readonly Pipeline[] = ['p1', 'p16'];
@@ -242,17 +243,6 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
 
 const int = (v: number): string => Math.round(v).toLocaleString('en-US');
 const fixed = (digits: number) => (v: number) => v.toFixed(digits);
-
-/** Left-aligned first column, right-aligned figures. */
-function table(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]): string =>
-    cells
-      .map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i])))
-      .join('  ')
-      .trimEnd();
-  return [line(header), ...rows.map(line)].map((l) => '  ' + l).join('\n');
-}
 
 /** One row per pipeline and test (GET, SET, INCR, geomean), made by `row` from each target's median. */
 function perTest(

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
-import { cmd, exchange, RawClient } from '../support/resp.js';
+import { busyScript, cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
 const env = redisAndProxy();
@@ -259,7 +259,7 @@ describe('EXEC that Redis refuses still ends the transaction', () => {
         expect((await client.readReplies(2)).toString()).toBe('+OK\r\n+QUEUED\r\n');
         // Another connection keeps the server busy in a script for about a second.
         const busy = await RawClient.connect(env.redis.port);
-        busy.write(cmd('EVAL', "local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < 2 do end return 1", '0'));
+        busy.write(busyScript(2));
         const probe = await RawClient.connect(env.redis.port);
         for (;;) {
           probe.write(cmd('PING'));
@@ -308,7 +308,7 @@ describe('a reply of the proxy’s own that does not come in time', () => {
     const busy = await RawClient.connect(env.redis.port);
     try {
       // The server runs a script for 3 s: the proxy's SELECT at connect waits behind it.
-      busy.write(cmd('EVAL', "local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < 3 do end return 1", '0'));
+      busy.write(busyScript(3));
       await sleep(200);
       const client = await RawClient.connect(proxy.port);
       client.write(cmd('PING'));

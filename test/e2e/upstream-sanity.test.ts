@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestProxy } from '../support/proxy.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
-import { cmd, RawClient } from '../support/resp.js';
+import { busyScript, cmd, RawClient } from '../support/resp.js';
 import { lockAttempt, taskLockKey } from '../support/stalwart.js';
 
 const env = redisWithAdmin();
@@ -119,7 +119,7 @@ describe('--upstream-timeout-ms in front of Redis', () => {
       await client.close();
 
       // A script keeps the server busy for 2 s: a PING through the proxy meanwhile gets no reply in time.
-      busy.write(cmd('EVAL', "local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < 2 do end return 1", '0'));
+      busy.write(busyScript(2));
       await sleep(100);
       const stalled = await RawClient.connect(proxy.port);
       stalled.write(cmd('PING'));

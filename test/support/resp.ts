@@ -153,6 +153,14 @@ export function cmd(...args: (string | Buffer)[]): Buffer {
  * frame like any reply: a test subscribed to pushes must include them in `n`.
  * Only one read may be pending at a time.
  */
+/**
+ * A script that keeps the server busy for `seconds` (a whole-second clock, so between
+ * `seconds - 1` and `seconds`): nothing else runs meanwhile, as under a slow command.
+ */
+export function busyScript(seconds: number): Buffer {
+  return cmd('EVAL', `local s = redis.call('TIME')[1] while redis.call('TIME')[1] - s < ${seconds} do end return 1`, '0');
+}
+
 export class RawClient {
   /** Received bytes not yet handed out by a read. */
   private buffered: Buffer = Buffer.alloc(0);
