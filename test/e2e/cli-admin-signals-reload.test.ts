@@ -162,7 +162,9 @@ describe('signals', () => {
     const port = await freePort();
     const npx = new Cli(
       ['redis-lock-proxy', '--listen', `127.0.0.1:${port}`, '--upstream', redis.url, '--admin-listen', 'off'],
-      cleanEnv(),
+      // npx installs this checkout as a linked package the first time, and that runs its `prepare`
+      // (npm run build): dist/ would be rewritten under the other test files' running proxies.
+      cleanEnv({ npm_config_ignore_scripts: 'true' }),
       'npx',
     );
     let proxyPid: number | undefined;
