@@ -176,13 +176,20 @@ const micros = (v: number): string => `${v >= 0 ? '+' : ''}${v.toFixed(1)} µs`;
 const mib = (v: number): string => `${v.toFixed(1)} MiB`;
 
 /** A memory test's figure, or why there is none; a test that broke is a FAIL, one not run a SKIP. */
-function memoryCheck<T>(target: string, outcome: Outcome<T> | null, pick: (v: T) => number, op: Op, threshold: number): Verdict {
-  if (outcome === null) return check(target, null, op, threshold, mib, 'not run');
+function memoryCheck<T>(
+  target: string,
+  outcome: Outcome<T> | null,
+  pick: (v: T) => number,
+  op: Op,
+  threshold: number,
+  format: (v: number) => string = mib,
+): Verdict {
+  if (outcome === null) return check(target, null, op, threshold, format, 'not run');
   if (!outcome.ok) {
-    const verdict = check(target, null, op, threshold, mib, outcome.reason);
+    const verdict = check(target, null, op, threshold, format, outcome.reason);
     return outcome.skipped ? verdict : { ...verdict, status: 'FAIL' };
   }
-  return check(target, pick(outcome.value), op, threshold, mib, '');
+  return check(target, pick(outcome.value), op, threshold, format, '');
 }
 
 /**
@@ -224,7 +231,7 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
     memoryCheck('RSS growth < 64 MiB with 20 slow readers of 8 MiB', mem.readersGrowth, (v) => v, '<', 64),
     churnWithin,
     memoryCheck(`churn VmHWM <= 150 MiB at ${memory.churnConcurrency} connections at a time`, mem.churnHwm, (v) => v.hwm, '<=', 150),
-    memoryCheck('V8 heap after the churn settled <= 1.1x before', mem.heapAfterChurn, (v) => v, '<=', 1.1),
+    memoryCheck('V8 heap after the churn settled <= 1.1x before', mem.heapAfterChurn, (v) => v, '<=', 1.1, times),
     memoryCheck(
       'all at once (churn, 5,000 idle, 20 slow readers) VmHWM <= 256 MiB (the Kubernetes example limit)',
       mem.allAtOnceHwm,
