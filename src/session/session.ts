@@ -484,14 +484,15 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       // A newline is what a master sends a replica (SYNC) while its snapshot is being made.
       if (!isReplyTypeByte(chunk[0]) && chunk[0] !== 0x0a) return this.notResp(chunk);
     }
-    this.watch?.heard();
     if (this.replies.passingThrough) {
       this.writeClient(chunk);
-      return;
+    } else {
+      this.toClient.begin();
+      this.replies.process(chunk);
+      this.toClient.end();
+      if (this.draining) this.closeIfDrained();
     }
-    this.toClient.begin();
-    this.replies.process(chunk);
-    this.toClient.end();
-    if (this.draining) this.closeIfDrained();
+    // After the chunk's replies are counted: the watch asks what is still due.
+    this.watch?.heard();
   }
 }

@@ -49,10 +49,18 @@ export class UpstreamWatch {
     this.blocking = true;
   }
 
-  /** Bytes came from Redis: progress. Once nothing is due any more, a blocking command is answered too. */
+  /**
+   * Bytes from Redis were handed on: progress. Once nothing is due any more, a blocking command
+   * is answered too, and the clock stops: the next request starts it afresh, so its reply gets
+   * the whole timeout and not what an earlier one left of it.
+   */
   heard(): void {
-    if (!this.port.awaitingReply) this.blocking = false;
-    if (this.armed) (this.timer as NodeJS.Timeout).refresh();
+    if (!this.port.awaitingReply) {
+      this.blocking = false;
+      this.armed = false;
+    } else if (this.armed) {
+      (this.timer as NodeJS.Timeout).refresh();
+    }
   }
 
   /** The connection is closed. */

@@ -118,10 +118,13 @@ describe('--upstream-timeout-ms in front of Redis', () => {
       expect(client.isClosed).toBe(false);
       await client.close();
 
-      // A script keeps the server busy for 2 s: a PING through the proxy meanwhile gets no reply in time.
+      // A connection whose blocking command was answered is watched again: a script keeps the
+      // server busy for 2 s, and a PING on it meanwhile gets no reply in time.
+      const stalled = await RawClient.connect(proxy.port);
+      stalled.write(cmd('BLPOP', 'nothing-here', '0.5'));
+      expect((await stalled.readReplies(1, 10_000)).toString('latin1')).toMatch(/^(\*-1|_)\r\n$/);
       busy.write(busyScript(2));
       await sleep(100);
-      const stalled = await RawClient.connect(proxy.port);
       stalled.write(cmd('PING'));
       expect((await stalled.readUntilClosed(10_000)).toString('latin1')).toBe('');
       expect(proxy.stats.upstreamTimeouts).toBe(1);
