@@ -132,7 +132,7 @@ export const OPTIONS = {
     default: 30_000,
     min: 1,
     max: 2_147_483_647,
-    help: "how long Redis may take to answer a command of the proxy's own (the URL's AUTH/SELECT, the server version, the lock script, the marker after a RESET) once everything before it is answered; past it the connection is closed",
+    help: "how long Redis may take to answer a command of the proxy's own (the URL's AUTH/SELECT, the server version, the lock script, the marker after a RESET) once everything before it is answered (the marker: from when it is sent); past it the connection is closed",
   },
   'upstream-ca': { kind: 'string', help: 'CA certificate file (PEM) to verify a rediss:// upstream' },
   'upstream-cert': { kind: 'string', help: 'client certificate file (PEM) for a rediss:// upstream' },
