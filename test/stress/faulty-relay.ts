@@ -6,6 +6,7 @@
  */
 import net from 'node:net';
 import type { Endpoint } from './client.js';
+import { clientsIn } from './pattern.js';
 
 export type Fault = 'misplace' | 'drop' | 'repeat';
 
@@ -16,12 +17,25 @@ export interface FaultyRelay {
   close(): Promise<void>;
 }
 
+/**
+ * Whether `standIn` holds whole value records (pattern.ts) of a client whose records `chunk`,
+ * which holds some, does not: the report can then say whose bytes came. A large chunk of many
+ * short replies names nobody, and a sibling connection's chunk may name the same client.
+ */
+function namesAnotherClient(standIn: Buffer, chunk: Buffer): boolean {
+  const own = clientsIn(chunk);
+  if (own.size === 0) return false;
+  for (const client of clientsIn(standIn)) if (!own.has(client)) return true;
+  return false;
+}
+
 /** Chunks from Redis this large carry value bytes worth misplacing. */
 const LARGE = 4096;
 
 /**
  * Relays to `upstream`; the fault strikes the first large chunk from Redis after `after` large
- * chunks have passed (for misplace: one that another connection's large chunk can stand in for).
+ * chunks have passed (for misplace: one that another connection's large chunk, naming another
+ * client, can stand in for).
  */
 export async function startFaultyRelay(upstream: Endpoint, fault: Fault, after = 200): Promise<FaultyRelay> {
   let largeSeen = 0;
@@ -40,8 +54,10 @@ export async function startFaultyRelay(upstream: Endpoint, fault: Fault, after =
     if (faulted || largeSeen <= after) return [chunk];
     if (fault === 'misplace') {
       if (other === null || other.connection === connection || other.bytes.length < chunk.length) return [chunk];
+      const standIn = other.bytes.subarray(0, chunk.length);
+      if (!namesAnotherClient(standIn, chunk)) return [chunk];
       faulted = true;
-      return [other.bytes.subarray(0, chunk.length)];
+      return [standIn];
     }
     faulted = true;
     return fault === 'drop' ? [] : [chunk, chunk];
