@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Address } from '../src/address.js';
 import { SentinelMonitor, type SentinelOptions } from '../src/upstream/sentinel.js';
 import { startLyingSentinel, type LyingSentinel } from './support/lying-sentinel.js';
-import { freePort } from './support/ports.js';
+import { closedPort, freePort } from './support/ports.js';
 import { startRelay } from './support/tcp-relay.js';
 import { startRedis, type RedisServer } from './support/redis.js';
 import { query, startSentinelSetup, type SentinelSetup } from './support/sentinel.js';
@@ -87,7 +87,7 @@ describe('SentinelMonitor', () => {
   });
 
   it('works when the first of three sentinels is down (two are a majority), and warns about it once', async () => {
-    const deadPort = await freePort();
+    const deadPort = await closedPort();
     const { log, lines } = capturingLogger();
     const monitor = await start({
       sentinels: [{ host: HOST, port: deadPort }, ...setup.sentinels.map((s) => ({ host: s.host, port: s.port }))],

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cli, cleanEnv, ensureBuilt, runCli, VERSION } from '../support/cli.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { freePort } from '../support/ports.js';
+import { closedPort, freePort } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 import { STALWART_RULES } from '../support/proxy.js';
@@ -225,7 +225,7 @@ describe('running', () => {
 
   it('starts with an unreachable upstream and tells each client why it cannot be served', async () => {
     const port = await freePort();
-    const deadPort = await freePort();
+    const deadPort = await closedPort();
     const cli = new Cli(['--listen', `127.0.0.1:${port}`, '--upstream', `redis://:pw@127.0.0.1:${deadPort}`], cleanEnv());
     try {
       await cli.waitForLog('redis-lock-proxy listening');

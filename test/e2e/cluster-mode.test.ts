@@ -19,7 +19,7 @@ import {
 import { cleanEnv, Cli, ensureBuilt, runCli } from '../support/cli.js';
 import { startClusterTestProxy, type ClusterTestProxy } from '../support/proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { freePort, freePortRange, isPortFree } from '../support/ports.js';
+import { closedPort, freePort, freePortRange, isPortFree } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 import { runOp } from '../support/ops.js';
@@ -366,7 +366,7 @@ describe('cluster mode: lock keys on every master', () => {
   it('the proxy’s lock scan counts the lock keys of every master, also when the first seed is down', async () => {
     for (const master of await cluster.masters()) expect(await cluster.command(master, 'FLUSHALL')).toBe('OK');
     const placed = await lockOnEveryMaster(30_000);
-    const deadSeed = `redis://127.0.0.1:${await freePort()}`;
+    const deadSeed = `redis://127.0.0.1:${await closedPort()}`;
     const scanning = await startClusterTestProxy({
       upstream: `${deadSeed},redis://127.0.0.1:${cluster.nodes[0].port}`,
       admin: true,
@@ -480,7 +480,7 @@ describe('cluster mode: the command line', () => {
   beforeAll(ensureBuilt, 60_000);
 
   it('starts from seed URLs (a dead one first), listens per node from the base port or the port map, and exposes cluster metrics', async () => {
-    const [listen, admin, dead, mapped] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+    const [listen, admin, dead, mapped] = await Promise.all([freePort(), freePort(), closedPort(), freePort()]);
     const mappedNode = cluster.nodes[3];
     const base = await freePortRange(8);
     const cli = new Cli(
@@ -539,7 +539,7 @@ describe('cluster mode: the command line', () => {
   });
 
   it('refuses to start when no seed answers, or the seed is not a cluster node', async () => {
-    const dead = await freePort();
+    const dead = await closedPort();
     const none = await runCli(['--cluster', '--upstream', `redis://127.0.0.1:${dead}`, '--listen', `127.0.0.1:${await freePort()}`]);
     expect(none.code).toBe(1);
     expect(none.stderr).toMatch(

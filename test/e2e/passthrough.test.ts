@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { freePort } from '../support/ports.js';
+import { closedPort } from '../support/ports.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 
@@ -614,7 +614,7 @@ describe('large values', () => {
 
 describe('upstream failures', () => {
   it('an unreachable upstream: each client gets an error and a close, and the listener keeps accepting', async () => {
-    const port = await freePort();
+    const port = await closedPort();
     const dead = await startTestProxy({ upstream: `redis://127.0.0.1:${port}` });
     try {
       const expected = new RegExp(

@@ -5,13 +5,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { REFUSAL_SUMMARY_MS } from '../../src/upstream/refusal-log.js';
-import { freePort } from '../support/ports.js';
+import { closedPort } from '../support/ports.js';
 import { startTestProxy } from '../support/proxy.js';
 import { cmd, RawClient } from '../support/resp.js';
 
 describe('client connections refused while the upstream is down', () => {
   it('are logged once, then counted in one line per period', async () => {
-    const dead = await freePort();
+    const dead = await closedPort();
     const proxy = await startTestProxy({ upstream: `redis://127.0.0.1:${dead}` });
     const CONNECTIONS = 200;
     try {

@@ -12,7 +12,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startLyingSentinel, type LyingSentinel } from '../support/lying-sentinel.js';
-import { freePort } from '../support/ports.js';
+import { closedPort } from '../support/ports.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { RawClient } from '../support/resp.js';
@@ -122,7 +122,7 @@ describe('a lying sentinel', () => {
 describe('fewer than a majority of the sentinels answering', () => {
   it('keeps the master and serves on, and says so in /readyz, in the gauge and once in the log', async () => {
     const relay = await startRelay(setup.sentinels[1].port);
-    const dead = { port: await freePort() };
+    const dead = { port: await closedPort() };
     const proxy = await startTestProxy({
       upstream: 'redis://ignored',
       admin: true,

@@ -11,7 +11,7 @@ import { run as locks } from '../../src/ops/locks.js';
 import { run as verify } from '../../src/ops/verify.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
-import { freePort } from '../support/ports.js';
+import { closedPort } from '../support/ports.js';
 import { attemptCounter } from '../support/stalwart.js';
 import { RELEASE_LINES } from '../support/stalwart-releases.js';
 import { runOp } from '../support/ops.js';
@@ -80,7 +80,7 @@ describe('verify --stalwart VERSION', () => {
   });
 
   it('says plainly when the release does not have the bug, touching nothing, once the address answers', async () => {
-    const closed = await freePort();
+    const closed = await closedPort();
     const via = `127.0.0.1:${proxy016.port}`;
     for (const [version, reason] of [
       [

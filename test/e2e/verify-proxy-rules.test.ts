@@ -17,7 +17,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run as verify } from '../../src/ops/verify.js';
 import { runOp } from '../support/ops.js';
-import { freePort } from '../support/ports.js';
+import { closedPort } from '../support/ports.js';
 import { STALWART_RULES, startTestProxy, TEST_RULES, type TestProxy } from '../support/proxy.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 
@@ -66,7 +66,7 @@ describe('through a proxy started with --stalwart 0.15.3', () => {
     expect(result.stderr).toContain('could not ask it which rules it runs: the admin endpoint is off');
     expect(result.stderr).not.toContain('really going through');
     // A port where nothing answers is named, with why.
-    const closed = await freePort();
+    const closed = await closedPort();
     const nowhere = await runOp(verify, ['--via', `127.0.0.1:${proxy.port}`, '--admin', `127.0.0.1:${closed}`]);
     expect(nowhere.stderr).toContain(`its admin endpoint 127.0.0.1:${closed} did not answer (connect ECONNREFUSED 127.0.0.1:${closed})`);
   });

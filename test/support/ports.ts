@@ -45,3 +45,16 @@ export async function freePortRange(count: number): Promise<number> {
   }
   throw new Error(`no ${count} consecutive free ports found`);
 }
+
+/**
+ * A TCP port nothing listens on, for tests of an unreachable server. It is taken below the
+ * ranges freePort() and freePortRange() give (and outgoing connections use): a server another
+ * test starts meanwhile may take a port freePort() gave, and then answers where nothing should.
+ */
+export async function closedPort(): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = 10_000 + Math.floor(Math.random() * 6_000);
+    if (await isPortFree(port)) return port;
+  }
+  throw new Error('no closed port found');
+}
