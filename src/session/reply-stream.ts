@@ -312,11 +312,22 @@ export class ReplyStream {
     if (due === null) return;
     this.clocked = due;
     this.clockStarted = performance.now();
+    this.armClock(this.ownReplyTimeoutMs);
+  }
+
+  /**
+   * Node counts a timer from the event loop's time at the start of the current iteration, so it
+   * may fire before `ms` have really passed since it was set: then it waits for the rest, and
+   * a reply is never given up on before its whole bound.
+   */
+  private armClock(ms: number): void {
     this.clock = setTimeout(() => {
+      const waited = performance.now() - this.clockStarted;
+      if (waited < this.ownReplyTimeoutMs) return this.armClock(Math.ceil(this.ownReplyTimeoutMs - waited));
       this.clock = undefined;
-      const what = due.kind === 'marker' ? 'the RESET marker' : 'a reply to a command of its own';
-      this.port.ownReplyLate(what, Math.round(performance.now() - this.clockStarted));
-    }, this.ownReplyTimeoutMs);
+      const what = this.clocked?.kind === 'marker' ? 'the RESET marker' : 'a reply to a command of its own';
+      this.port.ownReplyLate(what, Math.round(waited));
+    }, ms);
     this.clock.unref();
   }
 
