@@ -6,7 +6,7 @@ import { defineConfig } from 'eslint/config';
 import tseslint from 'typescript-eslint';
 
 export default defineConfig(
-  { ignores: ['dist/', 'node_modules/', 'coverage/', '.bench/', '.stress/'] },
+  { ignores: ['dist/', 'node_modules/', 'coverage/', '.bench/', '.stress/', '.suite/'] },
   {
     // Plain JS at the root (this file) gets the core rules only.
     files: ['**/*.js'],

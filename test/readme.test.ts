@@ -37,7 +37,12 @@ const OTHER_FLAGS = new Set([
   // git and Redis's own test suite (runtest), run against the proxy
   'branch',
   'enable-debug-command',
+  'enable-protected-configs',
+  'enable-module-command',
   'host',
+  'port',
+  'tags',
+  'single',
   // podman's ulimits, and mmdebstrap for a base image built from Debian packages
   'ulimit',
   'variant',
