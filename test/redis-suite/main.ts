@@ -266,7 +266,11 @@ function report(results: LineResult[], missing: string[]): number {
   for (const { line, verdicts, directPassed, directFailed, seconds } of results) {
     const sum = (pick: (v: UnitVerdict) => number): number => verdicts.reduce((n, v) => n + pick(v), 0);
     const linePassed = sum((v) => v.passed);
-    const lineFailed = sum((v) => v.failed.length);
+    // A line that passed nothing, through the proxy or directly, checked nothing: the suite itself could not run.
+    const ranNothing = linePassed === 0 || (directPassed === 0 && directFailed > 0) ? 1 : 0;
+    const lineFailed = sum((v) => v.failed.length) + ranNothing;
+    if (ranNothing)
+      console.log(`redis suite ${line.version}: NO TEST PASSED ${linePassed === 0 ? 'through the proxy' : 'directly'}: counted as failed`);
     passed += linePassed;
     failed += lineFailed;
     const direct = results.length && directPassed + directFailed > 0 ? `; directly ${directPassed} passed, ${directFailed} failed` : '';

@@ -88,9 +88,10 @@ describe('the verdict on a unit', () => {
     expect(verdict.failed).toEqual([{ test: '(the unit) [exception]: boom' }]);
   });
 
-  it('fails a unit that ran nothing either way: the suite itself could not run', () => {
-    const verdict = unitVerdict('7.0.15', run('unit/x', [], 'no tclsh'), run('unit/x', [], 'no tclsh'), []);
-    expect(verdict.failed).toEqual([{ test: '(the unit, directly too) no tclsh' }]);
+  it('does not blame the proxy for a unit that stopped before any test directly too', () => {
+    const verdict = unitVerdict('6.0.16', run('unit/x', [], 'key "client" not known'), run('unit/x', [], 'key "client" not known'), []);
+    expect(verdict.failed).toEqual([]);
+    expect(verdict.failedDirectlyToo).toEqual([{ test: '(the whole unit) key "client" not known' }]);
   });
 
   it('without a baseline, counts every failure through the proxy', () => {
