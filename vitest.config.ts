@@ -1,12 +1,15 @@
 import { defineConfig, type ViteUserConfig } from 'vitest/config';
 import { IMAGE_PROJECT } from './test/containers/support/global-setup.js';
 import { containerPlan, serverTestFiles } from './test/containers/support/plan.js';
+import { serverLinePlan } from './test/support/server-lines.js';
 
 // Projects: `host` is every test against local redis-server processes;
 // `containers` builds and runs the proxy's image and the examples; one more
-// per server image runs the server tests against it (test/containers/support/plan.ts).
+// per server image runs the server tests against it (test/containers/support/plan.ts), and one
+// per server line built from source (`redis-6.0`) the version-dependent tests (test/support/server-lines.ts).
 export default defineConfig(async (): Promise<ViteUserConfig> => {
   const plan = await containerPlan();
+  const lines = serverLinePlan();
   // Finds the engine and finds or builds the images before any test starts.
   const globalSetup = ['test/containers/support/global-setup.ts'];
   return {
@@ -33,6 +36,10 @@ export default defineConfig(async (): Promise<ViteUserConfig> => {
         ...plan.servers.map((server) => ({
           extends: true as const,
           test: { name: server.name, include: serverTestFiles(), env: { REDIS_TEST_IMAGE: server.image }, globalSetup },
+        })),
+        ...lines.projects.map((line) => ({
+          extends: true as const,
+          test: { name: line.name, include: line.include, env: line.env, setupFiles: line.setupFiles },
         })),
       ],
     },

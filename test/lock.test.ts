@@ -293,4 +293,17 @@ describe('the script before Redis 7.0 (its branch without redis.acl_check_cmd, r
     expect(await run('nopttl')).toMatch(/^-/);
     expect(await admin.call('EXISTS', 'lock:old')).toBe(':0\r\n');
   });
+
+  // Trying the expiry is a write, and a script's first write is the last one Redis checks
+  // maxmemory for: without the increment that cannot run before it, the lock would be created.
+  it('out of memory where there is no lock yet: the OOM, and nothing written, as Redis refuses the increment', async () => {
+    await admin.call('DEL', 'lock:old');
+    expect(await admin.call('CONFIG', 'SET', 'maxmemory', '1')).toBe('+OK\r\n');
+    try {
+      expect(await run()).toMatch(/^-[^\r]*OOM command not allowed/);
+    } finally {
+      expect(await admin.call('CONFIG', 'SET', 'maxmemory', '0')).toBe('+OK\r\n');
+    }
+    expect(await admin.call('EXISTS', 'lock:old')).toBe(':0\r\n');
+  });
 });

@@ -15,8 +15,12 @@
  *    a refused read writes nothing; where there is no key yet, the expiry is tried on it first
  *    (on a missing key it writes nothing, and answers 0), so that a user refused the expiry is
  *    refused before the increment creates a lock that would have none (Redis would have refused
- *    the whole block). A user refused MULTI or EXEC, or EXPIRE on a key that exists, is not told
- *    apart there: see docs/behaviour.md#how-the-block-is-sent.
+ *    the whole block). Trying the expiry counts as the script's first write, after which Redis
+ *    before 7.0 no longer checks maxmemory (scripting.c: lua_write_dirty): so an increment that
+ *    cannot run (its delta is not an integer) meets that check first, and out of memory the
+ *    script returns the OOM having written nothing, as Redis refuses the block's own increment.
+ *    A user refused MULTI or EXEC, or EXPIRE on a key that exists, is not told apart there: see
+ *    docs/behaviour.md#how-the-block-is-sent.
  * 2. The increment runs with pcall. An error of its execution (wrong type, not an integer,
  *    overflow) lands inside the array exactly where EXEC would put it; any other error (OOM,
  *    READONLY, ...) is one Redis raises before running a command, and is returned as it is.
@@ -50,6 +54,8 @@ else
   before = redis.pcall('PTTL', key)
   if type(before) == 'table' then return before end
   if before == -2 then
+    local full = redis.pcall('INCRBY', key, 'x')
+    if type(full) == 'table' and full.err and string.find(full.err, 'OOM', 1, true) then return full end
     local refused = redis.pcall(expire, key, ttl)
     if type(refused) == 'table' then return refused end
   end

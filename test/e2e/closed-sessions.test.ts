@@ -11,13 +11,18 @@
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import v8 from 'node:v8';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { Session } from '../../src/session/session.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { cmd } from '../support/resp.js';
+import { serverFacts, type ServerFacts } from '../support/server-facts.js';
 import { lockAttempt, taskLockKey } from '../support/stalwart.js';
 
 const env = redisAndProxy();
+let facts: ServerFacts;
+beforeAll(async () => {
+  facts = await serverFacts(env.admin);
+});
 
 /** Sends `bytes`, reads until `done` says the replies are in (or Redis closed), then closes; resolves once closed. */
 function oneConnection(bytes: Buffer, done: (received: string) => boolean, endFirst = false): Promise<void> {
@@ -50,7 +55,11 @@ const KINDS: Array<[string, () => Promise<void>]> = [
   ['a lock block', () => oneConnection(lockAttempt(taskLockKey(4242n), 600), (r) => /\*2\r\n:\d+\r\n:\d\r\n$/.test(r))],
   [
     'SUBSCRIBE, then RESET',
-    () => oneConnection(Buffer.concat([cmd('SUBSCRIBE', 'c'), cmd('RESET'), cmd('PING')]), (r) => r.endsWith('+RESET\r\n+PONG\r\n')),
+    () =>
+      oneConnection(Buffer.concat([cmd('SUBSCRIBE', 'c'), cmd('RESET'), cmd('PING')]), (r) =>
+        // Where the server has no RESET (before 6.2) it refuses it, and the connection stays subscribed.
+        r.endsWith(facts.has('reset') ? '+RESET\r\n+PONG\r\n' : '*2\r\n$4\r\npong\r\n$0\r\n\r\n'),
+      ),
   ],
   ['HELLO 3', () => oneConnection(cmd('HELLO', '3'), (r) => r.includes('modules'))],
   ['half a lock block, then gone', () => oneConnection(Buffer.from('*1\r\n$5\r\nMULTI\r\n*3\r\n$6\r\nINCRBY\r\n'), () => false, true)],

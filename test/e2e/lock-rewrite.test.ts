@@ -2,29 +2,38 @@
  * The rewrite itself, end to end against a real redis-server: Stalwart's exact
  * bytes however TCP splits them, what both ways of sending a block (inside the
  * client's own transaction with NX, and the script) do in every key state, and
- * the blocks that must be left alone.
+ * the blocks that must be left alone. The proxy's default, --lock-method auto,
+ * takes the way the server has (asked of it: server-facts.ts): inside the
+ * transaction from Redis 7.0 on, the script before; what only the transaction
+ * way can do is skipped, with the reason, where the server has no EXPIRE ... NX.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRedis } from '../support/redis.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
+import { serverFacts, type ServerFacts } from '../support/server-facts.js';
 import { attemptReplies, lockAttempt, queueLockKey, taskLockKey } from '../support/stalwart.js';
 
 // A generous hold deadline: split-write tests must not depend on how busy the machine is.
-// The proxy's default, --lock-method auto, sends blocks inside the transaction on this server.
+// The proxy's default, --lock-method auto.
 const env = redisAndProxy({ proxy: { holdMs: 250 } });
 let scripted: TestProxy | undefined;
+let facts: ServerFacts;
 beforeAll(async () => {
   scripted = await startTestProxy({ upstream: env.redis.url, holdMs: 250, lockMethod: 'script' });
+  facts = await serverFacts(env.admin);
 });
 afterAll(async () => {
   await scripted?.close();
 });
 
-/** The two ways of sending a block, each through a proxy in front of the same Redis. */
+/** The way auto must take on this server: inside the transaction where it has EXPIRE ... NX, else the script. */
+const autoWay = (): 'transaction' | 'script' => (facts.has('expire-nx') ? 'transaction' : 'script');
+
+/** The proxy's default, and the script way, each through a proxy in front of the same Redis. */
 const METHODS = [
-  { method: 'transaction', proxy: (): TestProxy => env.proxy },
+  { method: 'auto', proxy: (): TestProxy => env.proxy },
   { method: 'script', proxy: (): TestProxy => scripted as TestProxy },
 ] as const;
 
@@ -36,14 +45,15 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
   const key = taskLockKey(0x0d0a00ffn); // bytes include \r \n \0
 
   it('creates the lock with its expiry, and a second attempt leaves the expiry alone', async () => {
-    const before = proxy().stats.rewrittenBy[method];
+    const way = method === 'auto' ? autoWay() : method;
+    const before = proxy().stats.rewrittenBy[way];
     expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(1, 1));
     const ttl = await pttl(key);
     expect(ttl).toBeGreaterThan(3_590_000);
     await adminCall('PEXPIRE', key, '5000'); // as if time passed
     expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 0));
     expect(await pttl(key)).toBeLessThanOrEqual(5000);
-    expect(proxy().stats.rewrittenBy[method]).toBe(before + 2);
+    expect(proxy().stats.rewrittenBy[way]).toBe(before + 2);
   });
 
   it('shows the bug directly against Redis: every attempt re-arms the expiry', async () => {
@@ -157,6 +167,29 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
     expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('9007199254740994', 0));
     await adminCall('SET', key, '-9007199254740999');
     expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('-9007199254740998', 1));
+  });
+});
+
+describe('auto', () => {
+  it('takes the way the server has, asked once per connection: inside the transaction with EXPIRE ... NX, else the script', async () => {
+    const proxy = await startTestProxy({ upstream: env.redis.url });
+    try {
+      const key = taskLockKey(0x0a0a0an);
+      const client = await RawClient.connect(proxy.port);
+      client.write(Buffer.concat([lockAttempt(key, 3600), cmd('PEXPIRE', key, '5000'), lockAttempt(key, 3600)]));
+      expect((await client.readReplies(9)).toString('latin1')).toBe(attemptReplies(1, 1) + ':1\r\n' + attemptReplies(2, 0));
+      await client.close();
+      expect(await pttl(key)).toBeLessThanOrEqual(5000);
+      expect(proxy.stats.rewrittenBy).toEqual(autoWay() === 'transaction' ? { transaction: 2, script: 0 } : { transaction: 0, script: 2 });
+      const chosen = proxy.logs().filter((line) => line.msg === 'lock method chosen from the server version');
+      expect(chosen).toHaveLength(1);
+      expect(chosen[0]).toMatchObject({ method: autoWay() });
+      // What the server said: HELLO without arguments answers its name and version from 6.2 on (as
+      // RESET, of the same release, tells); before, it is an error.
+      expect(String(chosen[0].server)).toMatch(facts.has('reset') ? new RegExp(`^${facts.server.replaceAll('.', '\\.')}$`) : /^ERR /);
+    } finally {
+      await proxy.close();
+    }
   });
 });
 
@@ -308,8 +341,16 @@ async function multiCalls(): Promise<number> {
 describe('a user Redis refuses a command of the block', () => {
   const key = taskLockKey(99n);
 
-  it("in the transaction: the block gets exactly Redis's replies, and the lock the fix (no EVAL needed)", async () => {
-    await adminCall('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '&*', '+@all', '-eval', '-evalsha');
+  /** A user who may not run scripts (EVAL, EVALSHA), every channel open where the server has channel rules. */
+  const noScriptUser = async (): Promise<void> => {
+    expect(await adminCall('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', ...facts.allChannels(), '+@all', '-eval', '-evalsha')).toBe(
+      '+OK\r\n',
+    );
+  };
+
+  it("in the transaction: the block gets exactly Redis's replies, and the lock the fix (no EVAL needed)", async (ctx) => {
+    ctx.skip(...facts.skipUnless('expire-nx'));
+    await noScriptUser();
     const batch = Buffer.concat([
       cmd('AUTH', 'noscript', 'pw'),
       lockAttempt(key, 3600),
@@ -322,7 +363,7 @@ describe('a user Redis refuses a command of the block', () => {
   });
 
   it('as the script: without EVAL the original block goes, in order, and the reason is logged once per connection', async () => {
-    await adminCall('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '&*', '+@all', '-eval', '-evalsha');
+    await noScriptUser();
     const proxy = scripted as TestProxy;
     const batch = Buffer.concat([
       cmd('AUTH', 'noscript', 'pw'),
@@ -344,7 +385,7 @@ describe('a user Redis refuses a command of the block', () => {
   });
 
   it('a user who may not run scripts, logged in between blocks: every block runs, in the order sent, as directly (--lock-pipelining is no more)', async () => {
-    await adminCall('ACL', 'SETUSER', 'noscript', 'on', '>pw', '~*', '&*', '+@all', '-eval', '-evalsha');
+    await noScriptUser();
     const batch = (n: number, tail: Buffer): Buffer => Buffer.concat([lockAttempt(taskLockKey(BigInt(n)), 3600), tail]);
     const rounds = [
       batch(1, cmd('PING')),
@@ -375,19 +416,20 @@ describe('a user Redis refuses a command of the block', () => {
     expect(await run(env.proxy.port)).toBe(direct);
   });
 
-  it('passes queue-time errors through as Redis gives them (READONLY replica), both ways', async () => {
-    const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(env.redis.port)] });
-    const proxies = await Promise.all(
-      (['transaction', 'script'] as const).map((lockMethod) => startTestProxy({ upstream: replica.url, lockMethod })),
-    );
-    try {
-      const key = taskLockKey(5n);
-      const direct = await exchange(replica.port, lockAttempt(key, 3600), 4);
-      expect(direct).toMatch(/^\+OK\r\n-READONLY /);
-      for (const proxy of proxies) expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(direct);
-    } finally {
-      await Promise.all(proxies.map((proxy) => proxy.close()));
-      await replica.stop();
-    }
-  });
+  for (const lockMethod of ['transaction', 'script'] as const) {
+    it(`passes queue-time errors through as Redis gives them (READONLY replica), ${lockMethod}`, async (ctx) => {
+      if (lockMethod === 'transaction') ctx.skip(...facts.skipUnless('expire-nx'));
+      const replica = await startRedis({ args: ['--replicaof', '127.0.0.1', String(env.redis.port)] });
+      const proxy = await startTestProxy({ upstream: replica.url, lockMethod });
+      try {
+        const key = taskLockKey(5n);
+        const direct = await exchange(replica.port, lockAttempt(key, 3600), 4);
+        expect(direct).toMatch(/^\+OK\r\n-READONLY /);
+        expect(await exchange(proxy.port, lockAttempt(key, 3600), 4)).toBe(direct);
+      } finally {
+        await proxy.close();
+        await replica.stop();
+      }
+    });
+  }
 });

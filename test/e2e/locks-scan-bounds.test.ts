@@ -10,6 +10,7 @@ import { runOp } from '../support/ops.js';
 import { STALWART_RULES, startTestProxy } from '../support/proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { RawClient } from '../support/resp.js';
+import { startedServerFacts } from '../support/server-facts.js';
 import { attemptCounter, taskLockKey } from '../support/stalwart.js';
 
 /** Keys that are not locks, besides a few lock keys. */
@@ -19,7 +20,9 @@ let redis: RedisServer;
 let admin: RawClient;
 
 beforeAll(async () => {
-  redis = await startRedis({ args: ['--enable-debug-command', 'yes'] });
+  // Before 7.0 there is no such setting: DEBUG is always allowed.
+  const debug = (await startedServerFacts()).has('enable-debug-command') ? ['--enable-debug-command', 'yes'] : [];
+  redis = await startRedis({ args: debug });
   admin = await RawClient.connect(redis.port);
   expect(await admin.call('DEBUG', 'POPULATE', String(FILLER), 'unrelated')).toBe('+OK\r\n');
   // Three task locks, written as a node of an affected release writes them (the proxy is not needed to write them).
