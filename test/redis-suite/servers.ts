@@ -30,6 +30,7 @@ export function externalJobFlags(version: string): string[] {
 
 export async function startServer(binary: string, version: string, dir: string, name: string): Promise<Process> {
   const port = await freePort();
+  // As the suite's CI job starts it (--save "" --logfile ... and its flags), in the foreground, on a port of its own.
   const args = [
     '--port',
     String(port),
@@ -37,10 +38,6 @@ export async function startServer(binary: string, version: string, dir: string, 
     HOST,
     '--save',
     '',
-    '--appendonly',
-    'no',
-    '--daemonize',
-    'no',
     '--dir',
     dir,
     '--logfile',
