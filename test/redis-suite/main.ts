@@ -10,6 +10,9 @@
  * (the proxy's dist/cli.js in front of its server). Between units each server
  * is put back as it was (servers.ts).
  *
+ * A unit with such failures runs through the proxy once more, and only a test
+ * that fails both times counts; one that fails once is reported as flaky.
+ *
  * Its last line is `redis suite: N passed, M failed`: N tests passed through
  * the proxy, M failed there that passed directly (a unit that stopped early
  * counts as one).
@@ -26,7 +29,7 @@ import { SUITE_FLAGS } from './flags.js';
 import { EXCLUDED_FILE, readExclusions, type Exclusion } from './excluded.js';
 import { runUnit, type UnitRun } from './runtest.js';
 import { reset, snapshot, startProxy, startServer, type Process, type ServerState } from './servers.js';
-import { unitVerdict, type UnitVerdict } from './verdict.js';
+import { confirmed, unitVerdict, type UnitVerdict } from './verdict.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const CLI = path.join(ROOT, 'dist', 'cli.js');
@@ -188,7 +191,11 @@ async function runLine(line: Line, units: string[], withDirect: boolean, timeout
       // free port from a fixed one (11111) whatever --baseport says, and two at once could race for it.
       const runs = await Promise.all(lanes.map((lane, i) => sleep(i * LANE_STAGGER_MS).then(() => runInLane(line, lane, unit, timeoutMs))));
       const [throughProxy, direct] = runs;
-      const verdict = unitVerdict(line.version, throughProxy, direct, exclusions);
+      let verdict = unitVerdict(line.version, throughProxy, direct, exclusions);
+      if (verdict.failed.length > 0) {
+        const again = await runInLane(line, lanes[0], unit, timeoutMs);
+        verdict = confirmed(verdict, unitVerdict(line.version, again, direct, exclusions));
+      }
       verdicts.push(verdict);
       if (direct) {
         directPassed += direct.results.filter((r) => r.outcome === 'ok').length;
@@ -243,6 +250,10 @@ function printUnit(verdict: UnitVerdict, proxy: UnitRun, direct: UnitRun | undef
   );
   for (const f of verdict.failed)
     console.log(`  FAILED through the proxy only: ${f.test}${f.detail ? `\n    ${f.detail.replace(/\n/g, '\n    ')}` : ''}`);
+  for (const f of verdict.flaky)
+    console.log(
+      `  FLAKY through the proxy (failed in one of two runs; a race to list in excluded.yaml, or a defect): ${f.test}${f.detail ? `\n    ${f.detail.replace(/\n/g, '\n    ')}` : ''}`,
+    );
   for (const f of verdict.failedDirectlyToo) console.log(`  failed directly too (not the proxy's): ${f.test}`);
   for (const f of verdict.excludedFailing) console.log(`  excluded, failed as listed: ${f.test}`);
   for (const name of verdict.excludedPassing)
@@ -276,7 +287,7 @@ function report(results: LineResult[], missing: string[]): number {
     const direct = results.length && directPassed + directFailed > 0 ? `; directly ${directPassed} passed, ${directFailed} failed` : '';
     console.log(
       `redis suite ${line.version}: ${verdicts.length} units, through the proxy ${linePassed} passed, ${lineFailed} failed` +
-        ` (the proxy's), ${sum((v) => v.failedDirectlyToo.length)} failed directly too,` +
+        ` (the proxy's), ${sum((v) => v.flaky.length)} flaky, ${sum((v) => v.failedDirectlyToo.length)} failed directly too,` +
         ` ${sum((v) => v.excludedFailing.length)} excluded, ${sum((v) => v.excludedPassing.length)} excluded but passed${direct}` +
         ` (${(seconds / 60).toFixed(1)} min)`,
     );

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { exclusionFor, readExclusions, type Exclusion } from './excluded.js';
 import { parseRuntestOutput, stripColours, type UnitRun } from './runtest.js';
-import { unitVerdict } from './verdict.js';
+import { confirmed, unitVerdict } from './verdict.js';
 
 // As Redis 7.0.15's test server prints them (colours and all).
 const OUTPUT_7_0 = [
@@ -108,6 +108,21 @@ describe('the verdict on a unit', () => {
     expect(verdict.failed).toEqual([]);
     expect(verdict.excludedFailing.map((f) => f.test)).toEqual(['b']);
     expect(verdict.excludedPassing).toEqual(['a']);
+  });
+});
+
+describe('a failure through the proxy, run again', () => {
+  const ok = (name: string) => ({ name, outcome: 'ok' as const });
+  const err = (name: string) => ({ name, outcome: 'err' as const, detail: `${name} broke` });
+  const direct = run('unit/x', [ok('a'), ok('b'), ok('c')]);
+
+  it('counts a test that fails both times, and reports one that fails once as flaky', () => {
+    const first = unitVerdict('7.0.15', run('unit/x', [err('a'), err('b'), ok('c')]), direct, []);
+    const again = unitVerdict('7.0.15', run('unit/x', [err('a'), ok('b'), err('c')]), direct, []);
+    const verdict = confirmed(first, again);
+    expect(verdict.failed.map((f) => f.test)).toEqual(['a']);
+    expect(verdict.flaky.map((f) => f.test)).toEqual(['b', 'c']);
+    expect(verdict.passed).toBe(1);
   });
 });
 

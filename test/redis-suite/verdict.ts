@@ -21,6 +21,8 @@ export interface UnitVerdict {
   passed: number;
   /** Failed or missing through the proxy, passed directly, not excluded: the proxy's. */
   failed: Failure[];
+  /** Failed through the proxy in one of two runs of the unit only (confirmed()): reported, not counted. */
+  flaky: Failure[];
   /** Failed through the proxy and directly as well: not the proxy's. */
   failedDirectlyToo: Failure[];
   /** Excluded tests that failed through the proxy, as expected. */
@@ -64,6 +66,7 @@ export function unitVerdict(version: string, proxy: UnitRun, direct: UnitRun | u
     unit: proxy.unit,
     passed: 0,
     failed: [],
+    flaky: [],
     failedDirectlyToo: [],
     excludedFailing: [],
     excludedPassing: [],
@@ -101,4 +104,20 @@ export function unitVerdict(version: string, proxy: UnitRun, direct: UnitRun | u
   if (proxy.aborted && direct?.aborted && proxy.results.length === 0 && direct.results.length === 0)
     verdict.failedDirectlyToo.push({ test: `(the whole unit) ${proxy.aborted}` });
   return verdict;
+}
+
+/**
+ * A unit with failures through the proxy runs there once more: a failure counts only when the
+ * same test fails again. One that fails in one run only is a race the run lost (the excluded
+ * list names the known ones), reported as flaky so that it is seen, never dropped silently.
+ * The first run's counts stand.
+ */
+export function confirmed(first: UnitVerdict, again: UnitVerdict): UnitVerdict {
+  const failedAgain = new Set(again.failed.map((f) => f.test));
+  const failedFirst = new Set(first.failed.map((f) => f.test));
+  return {
+    ...first,
+    failed: first.failed.filter((f) => failedAgain.has(f.test)),
+    flaky: [...first.failed.filter((f) => !failedAgain.has(f.test)), ...again.failed.filter((f) => !failedFirst.has(f.test))],
+  };
 }
