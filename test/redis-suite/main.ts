@@ -24,6 +24,7 @@ import path from 'node:path';
 import process from 'node:process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import { findOnPath } from '../support/find-on-path.js';
 import { serverBuildsMode, serverTree, SERVER_TREES } from '../support/server-builds.js';
 import { SUITE_FLAGS } from './flags.js';
 import { EXCLUDED_FILE, readExclusions, type Exclusion } from './excluded.js';
@@ -146,17 +147,6 @@ function defaultLines(): { lines: Line[]; missing: string[] } {
   return { lines, missing };
 }
 
-/** The binary itself: `redis-server` found on PATH, through links (Debian's is a link to redis-check-rdb) left as they are. */
-function realBinary(binary: string): string {
-  if (binary.includes('/')) return binary;
-  const found = (process.env.PATH ?? '')
-    .split(':')
-    .map((dir) => path.join(dir, binary))
-    .find((file) => existsSync(file));
-  if (!found) throw new Error(`${binary} is not on PATH`);
-  return found;
-}
-
 /** The suite's own list of units (tests/test_helper.tcl's `set ::all_tests {...}`). */
 function suiteUnits(source: string): string[] {
   const helper = readFileSync(path.join(source, 'tests', 'test_helper.tcl'), 'utf8');
@@ -219,7 +209,9 @@ async function startLane(line: Line, work: string, name: Lane['name'], baseport:
   cpSync(path.join(line.source, 'tests'), path.join(dir, 'tests'), { recursive: true });
   cpSync(path.join(line.source, 'runtest'), path.join(dir, 'runtest'));
   // The suite runs src/redis-cli, src/redis-benchmark and the like: the server's own siblings.
-  const bin = path.dirname(realBinary(line.binary));
+  const binary = line.binary.includes('/') ? line.binary : findOnPath(line.binary);
+  if (binary === undefined) throw new Error(`${line.binary} is not on PATH`);
+  const bin = path.dirname(binary);
   mkdirSync(path.join(dir, 'src'));
   for (const tool of readdirSync(bin).filter((file) => /^redis-[a-z-]+$/.test(file)))
     symlinkSync(path.join(bin, tool), path.join(dir, 'src', tool));
@@ -284,7 +276,7 @@ function report(results: LineResult[], missing: string[]): number {
       console.log(`redis suite ${line.version}: NO TEST PASSED ${linePassed === 0 ? 'through the proxy' : 'directly'}: counted as failed`);
     passed += linePassed;
     failed += lineFailed;
-    const direct = results.length && directPassed + directFailed > 0 ? `; directly ${directPassed} passed, ${directFailed} failed` : '';
+    const direct = directPassed + directFailed > 0 ? `; directly ${directPassed} passed, ${directFailed} failed` : '';
     console.log(
       `redis suite ${line.version}: ${verdicts.length} units, through the proxy ${linePassed} passed, ${lineFailed} failed` +
         ` (the proxy's), ${sum((v) => v.flaky.length)} flaky, ${sum((v) => v.failedDirectlyToo.length)} failed directly too,` +

@@ -133,8 +133,6 @@ export async function reset(port: number, state: ServerState): Promise<void> {
   try {
     await tryCall('CLIENT', 'UNPAUSE');
     await tryCall('REPLICAOF', 'NO', 'ONE');
-    await tryCall('MULTI'); // none is open on this connection; harmless
-    await tryCall('DISCARD');
     const now = await snapshot(port);
     for (const [key, value] of state.config) {
       if (now.config.get(key) !== value) await tryCall('CONFIG', 'SET', key, value);

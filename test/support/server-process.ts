@@ -18,12 +18,13 @@
  * - stop(): SIGTERM, SIGKILL after a grace period, directory removed.
  */
 import { spawn } from 'node:child_process';
-import { accessSync, constants as fsConstants, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
+import { findOnPath } from './find-on-path.js';
 import { freePort } from './ports.js';
 import { startServerContainer } from './server-container.js';
 
@@ -71,7 +72,7 @@ const DEFAULT_MAX_LOG_CHARS = 1_000_000;
 /** Starts `redis-server` with `opts.args(port, dir)` and resolves once it answers as itself. */
 export async function startServerProcess(opts: ServerProcessOptions): Promise<ServerProcess> {
   const image = process.env.REDIS_TEST_IMAGE;
-  const binary = image ? undefined : findOnPath('redis-server');
+  const binary = image ? undefined : requireOnPath('redis-server');
   let lastLogs = '';
   for (let attempt = 1; attempt <= MAX_PORT_ATTEMPTS; attempt++) {
     const port = await (opts.pickPort ?? freePort)();
@@ -266,17 +267,9 @@ async function waitUntilReady(server: Spawned, opts: ServerProcessOptions): Prom
   throw new Error(`${opts.name} on port ${port} did not answer PING within ${server.readyTimeoutMs} ms. Output:\n${logs}`);
 }
 
-function findOnPath(name: string): string {
-  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
-    if (!dir) continue;
-    const candidate = path.join(dir, name);
-    try {
-      accessSync(candidate, fsConstants.X_OK);
-      return candidate;
-    } catch {
-      // not here; keep looking
-    }
-  }
+function requireOnPath(name: string): string {
+  const found = findOnPath(name);
+  if (found !== undefined) return found;
   throw new Error(
     `${name} not found on PATH. Install it (Debian/Ubuntu: \`apt-get install redis-server\`), ` +
       'or set REDIS_TEST_IMAGE to run Redis in a container.',
