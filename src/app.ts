@@ -14,6 +14,7 @@ import type { ClusterManager } from './cluster/manager.js';
 import type { NodeDirectory } from './cluster/rewrite.js';
 import type { Config } from './config.js';
 import { changedSettings, OPTIONS, overriddenFileSettings, type OptionName, type OptionSpec } from './settings.js';
+import { ServerMethods } from './lock/lock-method.js';
 import type { Logger } from './log.js';
 import { loadCensus } from './rules/census.js';
 import { describeRules, releasesText, RuleStore } from './rules/store.js';
@@ -86,6 +87,8 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   if (config.upstreamTls?.insecure) log.warn('upstream TLS certificate verification is disabled (--upstream-insecure)');
   logOverridden(log, config, undefined);
   for (const warning of config.warnings) log.warn(warning);
+  // One for the process: every listener's connections to an address learn for each other.
+  const serverMethods = new ServerMethods();
   const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
     upstream,
     rules: () => rules.current,
@@ -102,6 +105,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     ownReplyTimeoutMs: config.ownReplyTimeoutMs,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
     lockMethod: config.lockMethod,
+    serverMethods,
     cluster: nodes === null ? null : { nodes, announceHost: config.cluster?.announceHost ?? null },
     log,
     stats,

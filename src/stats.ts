@@ -17,10 +17,10 @@ export class RuleCounters {
   /** Blocks whose script outcome could not be told: the connection was closed. */
   closed = 0;
   /**
-   * Blocks on the rule's keys released unchanged at the hold deadline, every frame so far fitting
-   * the block: their frames came more than --hold-ms apart, and the lock was re-armed.
+   * Blocks on the rule's keys that ran unchanged although the rule enforces, by reason
+   * (lock/streamed-blocks.ts UnfixedReason): the lock was re-armed.
    */
-  holdTimeouts = 0;
+  readonly unfixed = new Map<string, number>();
 }
 
 /**
@@ -168,9 +168,9 @@ export class Stats {
     increment(this.releases, reason);
   }
 
-  /** A block that had matched `rule` was still incomplete at the hold deadline (released as well). */
-  blockHoldTimedOut(rule: string): void {
-    this.rule(rule).holdTimeouts++;
+  /** A block on the keys of `rule`, which enforces, ran unchanged (`reason`: why). */
+  blockUnfixed(rule: string, reason: string): void {
+    increment(this.rule(rule).unfixed, reason);
   }
 
   adminConnectionRefused(reason: string): void {

@@ -1,13 +1,12 @@
 /**
- * LockBlocks, the lock-block flow, without sockets: a whole block sent inside the client's own
- * transaction with NX, or as the script call (its reply turned into the client's four replies,
- * the retry with the source on NOSCRIPT, the fallback to the original bytes, the close when the
- * outcome is unknown), the server's version asked before the first block (auto), observe mode,
- * and the hold deadline. A fake port records what the flow asks of its connection.
+ * LockBlocks, the script way's lock-block flow, without sockets: a whole block sent as the script
+ * call (its reply turned into the client's four replies, the retry with the source on NOSCRIPT,
+ * the fallback to the original bytes, the close when the outcome is unknown), observe mode, and
+ * the hold deadline. A fake port records what the flow asks of its connection. What a released
+ * block counts is streamed-blocks.test.ts's.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { LockBlocks, type LockBlockPort } from '../src/lock/block-flow.js';
-import type { LockMethodSetting } from '../src/lock/lock-method.js';
 import { LOCK_SCRIPT_SHA } from '../src/lock/script.js';
 import type { Logger } from '../src/log.js';
 import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
@@ -20,11 +19,6 @@ const RULES = createRuleSet(
   parseRuleFile('rules:\n  - name: locks\n    prefix: "lock:"\n  - name: watch\n    prefix: "watch:"\n    mode: observe\n', 'x.yaml').rules,
   ['x.yaml'],
 );
-
-/** Stands for the shipped rules of every release line: what a block no loaded rule names is counted by. */
-const CENSUS = createRuleSet(parseRuleFile('rules:\n  - name: shipped-lock\n    prefix: "shipped:"\n', 'census.yaml').rules, [
-  'census.yaml',
-]);
 
 class FakePort implements LockBlockPort {
   upstream: string[] = [];
@@ -44,8 +38,8 @@ class FakePort implements LockBlockPort {
     expect: (count: number) => (this.expected += count),
     capture: (handle: (reply: Buffer) => void) => this.captures.push(handle),
   };
-  blockSent(frames: number, complete: boolean): void {
-    this.events.push(`sent ${frames}${complete ? ' complete' : ''}`);
+  blockSent(frames: number, complete: boolean, key: Buffer | null, reason: string): void {
+    this.events.push(`sent ${frames}${complete ? ' complete' : ''}${key === null ? '' : ` ${key.toString('latin1')}`} ${reason}`);
   }
   holdClient(): void {
     this.events.push('hold');
@@ -64,16 +58,10 @@ class FakePort implements LockBlockPort {
   }
 }
 
-function setup(options: { mode?: 'enforce' | 'observe'; lockMethod?: LockMethodSetting; asking?: boolean } = {}) {
+function setup(options: { mode?: 'enforce' | 'observe'; asking?: boolean } = {}) {
   const port = new FakePort();
   const stats = new Stats();
-  const blocks = new LockBlocks(port, port.replies, {
-    mode: options.mode ?? 'enforce',
-    census: CENSUS,
-    holdMs: 10,
-    lockMethod: options.lockMethod ?? 'script',
-    stats,
-  });
+  const blocks = new LockBlocks(port, port.replies, { mode: options.mode ?? 'enforce', holdMs: 10, stats });
   /** Feeds a whole block, as the session would: MULTI starts holding, each head is offered. Returns whether the client waits. */
   const offer = (bytes: Buffer): boolean | 'released' => {
     let from = 0;
@@ -99,97 +87,6 @@ function setup(options: { mode?: 'enforce' | 'observe'; lockMethod?: LockMethodS
 }
 
 describe('LockBlocks', () => {
-  describe('inside the client’s own transaction', () => {
-    it('sends the block as the client wrote it, with NX added to the EXPIRE, and nothing waits', () => {
-      const { port, stats, offer } = setup({ lockMethod: 'transaction' });
-      const block = Buffer.concat([cmd('multi'), cmd('incrby', 'lock:a', '1'), cmd('Expire', 'lock:a', '60'), cmd('EXEC')]);
-      expect(offer(block)).toBe(false);
-      const withNx = Buffer.concat([cmd('multi'), cmd('incrby', 'lock:a', '1'), cmd('Expire', 'lock:a', '60', 'NX'), cmd('EXEC')]);
-      expect(port.upstream).toEqual([withNx.toString('latin1')]);
-      expect([port.events, port.captures.length, port.client]).toEqual([['sent 4 complete'], 0, '']);
-      expect([stats.blocksSeen, stats.blocksRewritten, stats.rewrittenBy.transaction]).toEqual([1, 1, 1]);
-    });
-
-    it('gives PEXPIRE its NX too, and keeps the bytes Redis skips after a count line', () => {
-      const { port, offer } = setup({ lockMethod: 'transaction' });
-      const expire = Buffer.from('*3\r\n$7\r\nPEXPIRE\r\n$6\r\nlock:b\r\n$4\r\n9000\r\n');
-      const block = Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:b'), expire, cmd('EXEC')]);
-      offer(block);
-      expect(port.upstream.join('')).toBe(
-        Buffer.concat([cmd('MULTI'), cmd('INCR', 'lock:b'), cmd('PEXPIRE', 'lock:b', '9000', 'NX'), cmd('EXEC')]).toString('latin1'),
-      );
-    });
-  });
-
-  describe('auto: the server’s version decides, asked once per connection', () => {
-    const hello = (server: string, version: string): string =>
-      `*14\r\n$6\r\nserver\r\n$${server.length}\r\n${server}\r\n$7\r\nversion\r\n$${version.length}\r\n${version}\r\n` +
-      '$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:5\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n';
-
-    it('Redis 7.0 or later, and Valkey: in the transaction; the client waits only for the first block', () => {
-      for (const [server, version] of [
-        ['redis', '7.0.15'],
-        ['redis', '8.0.2'],
-        ['valkey', '8.1.1'],
-      ]) {
-        const { port, offer } = setup({ lockMethod: 'auto' });
-        expect(offer(lockAttempt('lock:a', 60))).toBe(true);
-        expect([port.upstream, port.events]).toEqual([[cmd('HELLO').toString('latin1')], ['hold']]);
-        port.reply(hello(server, version));
-        expect(port.upstream[1]).toContain('$2\r\nNX\r\n');
-        expect(port.events).toEqual(['hold', 'sent 4 complete', 'resume']);
-        expect(offer(lockAttempt('lock:a', 60))).toBe(false); // no second HELLO
-        expect(port.upstream.length).toBe(3);
-      }
-    });
-
-    it('RESP3’s map reads the same', () => {
-      const { port, offer } = setup({ lockMethod: 'auto' });
-      offer(lockAttempt('lock:a', 60));
-      port.reply('%2\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.4\r\n');
-      expect(port.upstream[1]).toContain('$2\r\nNX\r\n');
-    });
-
-    it('before 7.0, or when HELLO is refused as it is before 6.2: the script', () => {
-      for (const reply of [
-        hello('redis', '6.2.14'),
-        "-ERR wrong number of arguments for 'hello' command\r\n",
-        "-ERR unknown command 'HELLO'\r\n",
-      ]) {
-        const { port, offer } = setup({ lockMethod: 'auto' });
-        offer(lockAttempt('lock:a', 60));
-        port.reply(reply);
-        expect(port.upstream[1]).toBe(cmd('EVALSHA', LOCK_SCRIPT_SHA, '1', 'lock:a', 'INCRBY', '1', 'EXPIRE', '60').toString('latin1'));
-        expect(port.events).not.toContain('resume'); // still waiting, for the script's reply now
-        port.reply('*2\r\n:1\r\n:1\r\n');
-        expect(port.events.at(-1)).toBe('resume');
-      }
-    });
-
-    it('after ASKING, which HELLO uses up: ASKING again right before the block, its +OK kept by the proxy', () => {
-      const { port, offer } = setup({ lockMethod: 'auto', asking: true });
-      offer(lockAttempt('lock:a', 60));
-      port.reply(hello('redis', '7.0.15'));
-      expect(port.upstream[1]).toBe(cmd('ASKING').toString('latin1'));
-      expect(port.upstream[2]).toContain('$2\r\nNX\r\n');
-      expect(port.captures.length).toBe(1); // ASKING's +OK
-      port.reply('+OK\r\n');
-      expect(port.client).toBe('');
-    });
-
-    it('not authenticated yet: the block goes as it is (Redis refuses it), and the next block asks again', () => {
-      const { port, stats, offer } = setup({ lockMethod: 'auto' });
-      const block = lockAttempt('lock:a', 60);
-      offer(block);
-      port.reply('-NOAUTH HELLO must be called with the client already authenticated\r\n');
-      expect(port.upstream[1]).toBe(block.toString('latin1'));
-      expect(port.events).toEqual(['hold', 'sent 4 complete', 'resume']);
-      expect(stats.releases.get('not-authenticated')).toBe(1);
-      offer(block);
-      expect(port.upstream[2]).toBe(cmd('HELLO').toString('latin1'));
-    });
-  });
-
   describe('as the script', () => {
     it('sends one EVALSHA for a whole block, holds the client, and answers with the four replies', () => {
       const { port, stats, offer } = setup();
@@ -230,8 +127,8 @@ describe('LockBlocks', () => {
       port.reply('-NOSCRIPT No matching script. Please use EVAL.\r\n');
       expect(port.upstream[1]).toMatch(/^\*8\r\n\$4\r\nEVAL\r\n/);
       expect(port.events).toEqual(['hold', 'hold']);
-      port.reply('*2\r\n:2\r\n:0\r\n');
-      expect(port.client).toBe('+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:2\r\n:0\r\n');
+      port.reply('*2\r\n:2\r\n:0\r\n'); // a held lock: the script left its expiry alone
+      expect(port.client).toBe('+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:2\r\n:1\r\n'); // as Redis alone answers
       expect(stats.scriptReloads).toBe(1);
     });
 
@@ -257,27 +154,14 @@ describe('LockBlocks', () => {
     });
   });
 
-  it('in observe mode, counts the block and sends it unchanged', () => {
+  it('in observe mode, and on a key no loaded rule names: sends the block unchanged, for the stream to count', () => {
     const { port, stats, offer } = setup();
-    expect(offer(lockAttempt('watch:a', 60))).toBe(false);
-    expect(port.upstream).toEqual([lockAttempt('watch:a', 60).toString('latin1')]);
-    expect(port.events).toEqual(['sent 4 complete']);
-    expect(stats.blocksObserved).toBe(1);
-  });
-
-  it('sends a whole lock-shaped block no loaded rule names as it came, counted by prefix, and as an attempt when a shipped rule names its key', () => {
-    const { port, stats, offer } = setup({ lockMethod: 'transaction' });
-    for (const key of ['other:1', 'shipped:1', 'shipped:2']) {
+    for (const key of ['watch:a', 'other:1']) {
       expect(offer(lockAttempt(key, 60))).toBe(false);
       expect(port.upstream.at(-1)).toBe(lockAttempt(key, 60).toString('latin1'));
     }
-    expect(port.events).toEqual(['sent 4 complete', 'sent 4 complete', 'sent 4 complete']);
-    expect(Object.fromEntries(stats.uncovered)).toEqual({ 'other:': 1, 'shipped:': 2 });
-    expect(stats.attempts.get('shipped-lock')).toMatchObject({ oldShape: 2, fixedShape: 0 });
-    expect([stats.attempts.has('other'), stats.blocksSeen, stats.releases.get('no-rule')]).toEqual([false, 0, 3]);
-    // A block a loaded rule names is that rule's attempt, and not uncovered.
-    expect(offer(lockAttempt('lock:1', 60))).toBe(false);
-    expect([stats.attempts.get('locks')?.oldShape, stats.blocksSeen, [...stats.uncovered.values()]]).toEqual([1, 1, [1, 2]]);
+    expect(port.events).toEqual(['sent 4 complete watch:a not-a-lock-block', 'sent 4 complete other:1 not-a-lock-block']);
+    expect([stats.releases.get('observe'), stats.releases.get('no-rule'), stats.blocksSeen]).toEqual([1, 1, 0]);
   });
 
   it('releases what it held as soon as a frame cannot be the block’s', () => {
@@ -285,7 +169,7 @@ describe('LockBlocks', () => {
     const bytes = Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:a', '1'), cmd('GET', 'lock:a')]);
     expect(offer(bytes)).toBe('released');
     expect(port.upstream.join('')).toBe(bytes.toString('latin1'));
-    expect(port.events).toEqual(['sent 2']);
+    expect(port.events).toEqual(['sent 2 lock:a not-a-lock-block']);
   });
 
   describe('the hold deadline', () => {
@@ -302,15 +186,15 @@ describe('LockBlocks', () => {
       expect(port.upstream).toEqual([]);
       vi.advanceTimersByTime(3);
       expect(port.upstream).toEqual([cmd('MULTI').toString('latin1')]);
-      expect([port.events, stats.releases.get('hold-timeout')]).toEqual([['sent 1'], 1]);
+      expect([port.events, stats.releases.get('hold-timeout')]).toEqual([['sent 1 hold-timeout'], 1]);
     });
 
     it('stops the deadline once the block is complete', () => {
-      const { port, stats, blocks, offer } = setup({ lockMethod: 'transaction' });
+      const { port, stats, blocks, offer } = setup();
       blocks.awaitMore();
       offer(lockAttempt('lock:a', 60));
       vi.advanceTimersByTime(100);
-      expect([port.events, stats.releases.get('hold-timeout')]).toEqual([['sent 4 complete'], undefined]);
+      expect([port.events, stats.releases.get('hold-timeout')]).toEqual([['hold'], undefined]);
     });
   });
 });

@@ -127,14 +127,22 @@ describe('examples/', () => {
     expect(stdout).toMatch(/SUCCESS: \d+ rules found/);
   });
 
-  it('alerts on lock blocks released at the hold deadline, not on MULTIs typed by hand', async () => {
-    await expectAlerts('RedisLockProxyLockBlocksTimedOut', {
-      // Instance a: one lock block of a rule released at the deadline.
-      a: [{ series: 'redis_lock_proxy_block_hold_timeouts_total{instance="a",rule="stalwart-task-lock"}', values: '0 0 1 1 1' }],
+  it('alerts on lock blocks sent unchanged, not on MULTIs typed by hand', async () => {
+    await expectAlerts('RedisLockProxyLockBlocksUnfixed', {
+      // Instance a: one lock block of a rule released at the script way's hold deadline.
+      a: [
+        {
+          series: 'redis_lock_proxy_blocks_unfixed_total{instance="a",rule="stalwart-task-lock",reason="hold-timeout"}',
+          values: '0 0 1 1 1',
+        },
+      ],
       // Instance b: many held MULTIs released at the deadline (someone typing in redis-cli), no lock block.
       b: [
         { series: 'redis_lock_proxy_block_releases_total{instance="b",reason="hold-timeout"}', values: '0 5 10 20 40' },
-        { series: 'redis_lock_proxy_block_hold_timeouts_total{instance="b",rule="stalwart-task-lock"}', values: '0 0 0 0 0' },
+        {
+          series: 'redis_lock_proxy_blocks_unfixed_total{instance="b",rule="stalwart-task-lock",reason="hold-timeout"}',
+          values: '0 0 0 0 0',
+        },
       ],
     });
   });

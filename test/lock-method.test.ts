@@ -3,10 +3,9 @@
  * transaction, on their own (block-flow.test.ts and the end-to-end tests run them in the flow).
  */
 import { describe, expect, it } from 'vitest';
-import { withExpireNx } from '../src/lock/expire-nx.js';
+import { expiryWithNx, restoreExpiryReplies } from '../src/lock/expire-nx.js';
 import { methodFromHello } from '../src/lock/lock-method.js';
 import { cmd } from './support/resp.js';
-import { lockAttempt } from './support/stalwart.js';
 
 const hello = (server: string, version: string): Buffer =>
   Buffer.from(`*4\r\n$6\r\nserver\r\n$${server.length}\r\n${server}\r\n$7\r\nversion\r\n$${version.length}\r\n${version}\r\n`);
@@ -45,25 +44,35 @@ describe('methodFromHello', () => {
   });
 });
 
-describe('withExpireNx', () => {
-  it('adds NX to the third frame only, every other byte as sent', () => {
-    const block = lockAttempt('lock:a', 60);
-    const expected = Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:a', '1'), cmd('EXPIRE', 'lock:a', '60', 'NX'), cmd('EXEC')]);
-    expect(withExpireNx(block)?.toString('latin1')).toBe(expected.toString('latin1'));
-    // The same again: nothing carries over between blocks.
-    expect(withExpireNx(block)?.toString('latin1')).toBe(expected.toString('latin1'));
+describe('expiryWithNx', () => {
+  it('adds NX to a whole [P]EXPIRE frame, every other byte as sent', () => {
+    expect(expiryWithNx(cmd('Expire', 'lock:a', '60')).toString('latin1')).toBe(cmd('Expire', 'lock:a', '60', 'NX').toString('latin1'));
+    // The two bytes Redis skips after a count line's \r are kept out, whatever they are.
+    const frame = Buffer.from('*3\r?$7\r\nPEXPIRE\r\n$6\r\nlock:b\r\n$4\r\n9000\r\n');
+    expect(expiryWithNx(frame).toString('latin1')).toBe(cmd('PEXPIRE', 'lock:b', '9000', 'NX').toString('latin1'));
+  });
+});
+
+describe('restoreExpiryReplies', () => {
+  const restore = (reply: string, indexes: number[]): string =>
+    restoreExpiryReplies(Buffer.from(reply, 'latin1'), indexes).toString('latin1');
+
+  it('gives `:0` at each index back as `:1`, whatever the elements before it', () => {
+    expect(restore('*2\r\n:5\r\n:0\r\n', [1])).toBe('*2\r\n:5\r\n:1\r\n');
+    expect(restore('*2\r\n:1\r\n:1\r\n', [1])).toBe('*2\r\n:1\r\n:1\r\n');
+    const before = '*6\r\n+OK\r\n:5\r\n:0\r\n%1\r\n$1\r\na\r\n*2\r\n$3\r\nfoo\r\n_\r\n:2\r\n:0\r\n';
+    expect(restore(before, [2, 5])).toBe(before.replace(':0\r\n%', ':1\r\n%').replace(/:0\r\n$/, ':1\r\n'));
   });
 
-  it('changes nothing (null) for bytes that are not four whole frames', () => {
-    const block = lockAttempt('lock:a', 60);
-    for (const bytes of [
-      block.subarray(0, block.length - 3),
-      Buffer.concat([block, cmd('PING')]),
-      cmd('PING'),
-      Buffer.from('*1\r\n$x\r\n'),
+  it('leaves an error element, an error for the whole EXEC, and an array too short as they are', () => {
+    for (const reply of [
+      '*2\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n-ERR invalid expire time\r\n',
+      '-EXECABORT Transaction discarded because of previous errors.\r\n',
+      '*1\r\n:0\r\n',
+      '*-1\r\n',
     ]) {
-      expect(withExpireNx(bytes), bytes.toString('latin1')).toBeNull();
+      expect(restore(reply, [1])).toBe(reply);
     }
-    expect(withExpireNx(block)).not.toBeNull(); // and a whole block after them still works
+    expect(restore('*2\r\n-WRONGTYPE x\r\n:0\r\n', [1])).toBe('*2\r\n-WRONGTYPE x\r\n:1\r\n');
   });
 });

@@ -5,6 +5,7 @@
  * event by event. Fed one byte at a time no frame is ever whole in a chunk, so every frame goes
  * the event way: both must send Redis the same bytes, expect the same replies and count the same.
  */
+import { ServerMethods } from '../src/lock/lock-method.js';
 import fc from 'fast-check';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
@@ -51,6 +52,7 @@ function flow() {
     ownReplyTimeoutMs: 60_000,
     upstreamTimeoutMs: 0,
     lockMethod: 'transaction',
+    serverMethods: new ServerMethods(),
     cluster: null,
     log,
     stats,
@@ -68,6 +70,7 @@ function flow() {
     holdClient: () => {},
     resumeClient: () => {},
     closeAfterReplies: () => {},
+    upstreamAddress: '127.0.0.1:6379',
     log,
     clientGone: false,
     untracked: () => {},

@@ -7,6 +7,7 @@
  * anything else (and again after RESET, also once the connection is a pipe), half-closes. The end-to-end tests
  * check the same behaviour against a real redis-server.
  */
+import { ServerMethods } from '../src/lock/lock-method.js';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LOCK_SCRIPT_SHA } from '../src/lock/script.js';
@@ -56,6 +57,7 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
     ownReplyTimeoutMs: 60_000,
     upstreamTimeoutMs: 0,
     lockMethod,
+    serverMethods: new ServerMethods(),
     cluster: null,
     log,
     stats,
@@ -92,26 +94,28 @@ describe('Session', () => {
     expect(stats.blocksRewritten).toBe(1);
   });
 
-  it('asks the server version before the first block, then sends blocks inside the transaction with nothing waiting', async () => {
+  it('asks the server version right before the first MULTI, which waits for the answer; later blocks wait for nothing', async () => {
     const { client, redis, atRedis, atClient, stats } = start(undefined, 'auto');
-    client.write(Buffer.concat([lockAttempt('lock:a', 60), cmd('PING')]));
-    const hello = text(cmd('HELLO'));
-    expect(await atRedis.atLeast(hello.length)).toBe(hello);
+    client.write(Buffer.concat([cmd('PING'), lockAttempt('lock:a', 60), cmd('PING')]));
+    const ahead = text(Buffer.concat([cmd('PING'), cmd('HELLO')]));
+    expect(await atRedis.atLeast(ahead.length)).toBe(ahead);
     await tick();
-    expect(atRedis.take()).toBe(hello); // the block and the PING wait for the version
-    redis.write('*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n');
-    const withNx = text(
+    expect(atRedis.take()).toBe(ahead); // the block, and what follows it, wait for the version
+    redis.write('+PONG\r\n*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n');
+    const rest = text(
       Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:a', '1'), cmd('EXPIRE', 'lock:a', '60', 'NX'), cmd('EXEC'), cmd('PING')]),
     );
-    expect(await atRedis.atLeast(withNx.length)).toBe(withNx);
+    expect(await atRedis.atLeast(rest.length)).toBe(rest);
     atRedis.take();
     client.write(Buffer.concat([lockAttempt('lock:b', 60), cmd('PING')])); // no second HELLO, no waiting
     const second = text(
       Buffer.concat([cmd('MULTI'), cmd('INCRBY', 'lock:b', '1'), cmd('EXPIRE', 'lock:b', '60', 'NX'), cmd('EXEC'), cmd('PING')]),
     );
     expect(await atRedis.atLeast(second.length)).toBe(second);
-    redis.write(attemptReplies(1, 1) + '+PONG\r\n' + attemptReplies(1, 0) + '+PONG\r\n');
-    expect(await atClient.atLeast(96)).toBe(attemptReplies(1, 1) + '+PONG\r\n' + attemptReplies(1, 0) + '+PONG\r\n');
+    // EXPIRE NX answers 0 where it left a lock's expiry alone: the client gets Redis alone's 1.
+    redis.write(attemptReplies(1, 1) + '+PONG\r\n' + attemptReplies(2, 0) + '+PONG\r\n');
+    const replies = '+PONG\r\n' + attemptReplies(1, 1) + '+PONG\r\n' + attemptReplies(2, 1) + '+PONG\r\n';
+    expect(await atClient.atLeast(replies.length)).toBe(replies);
     expect(stats.rewrittenBy.transaction).toBe(2);
   });
 

@@ -151,11 +151,13 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     },
   );
   labelledCounter(
-    'block_hold_timeouts_total',
-    "Lock blocks on a rule's keys released unchanged at --hold-ms (their frames came further apart): the fix did not apply, and the lock was re-armed.",
-    ['rule'],
+    'blocks_unfixed_total',
+    "Lock blocks on an enforcing rule's keys that ran unchanged, so that their lock was re-armed, by reason: hold-timeout (the script way's frames came further apart than --hold-ms), not-a-lock-block (another command broke a held block), version-unknown (the server's version was not known yet), split-frame.",
+    ['rule', 'reason'],
     (emit) => {
-      for (const [rule, counts] of stats.byRule) emit({ rule }, counts.holdTimeouts);
+      for (const [rule, counts] of stats.byRule) {
+        for (const [reason, value] of counts.unfixed) emit({ rule, reason }, value);
+      }
     },
   );
   counter(

@@ -1,21 +1,20 @@
 /**
- * One connection's lock blocks, from the MULTI that may start one to what Redis is sent: holding
- * the frames while the block can still match, releasing them verbatim when it cannot (or at the
- * hold deadline), and sending a complete block the way the server allows (lock-method.ts):
+ * The script way's lock blocks (servers before Redis 7.0, or --lock-method script), from the
+ * MULTI that may start one to what Redis is sent: holding the frames while the block can still
+ * match, releasing them verbatim when it cannot (or at the hold deadline, counted from the
+ * client's last byte), and sending a complete block as the Lua script (script.ts), whose reply
+ * becomes the client's four replies. While the call is in flight the client's later bytes wait
+ * (the session holds them), so that a script that could not run is replaced by the original
+ * block exactly where the client put it.
  *
- * - inside the client's own transaction, its [P]EXPIRE given NX (expire-nx.ts): Redis answers
- *   the client itself, and nothing waits behind the block;
- * - as the Lua script (script.ts): its reply becomes the client's four replies. While the call
- *   is in flight the client's later bytes wait (the session holds them), so that a script that
- *   could not run is replaced by the original block exactly where the client put it.
- *
- * With --lock-method auto, the connection's first block waits for the server's version (one
- * HELLO) to choose.
+ * The script must see the whole block before it runs, hence the hold. Servers with
+ * `EXPIRE ... NX` hold nothing: their blocks are fixed as they stream (streamed-blocks.ts).
+ * A block released unchanged is followed on from there, and counted at its EXEC like any other.
  *
  * The flow touches no socket: it works through a LockBlockPort, which the session implements,
  * and the connection's reply accounting.
  */
-import { describeKey, keyPrefixLabel } from '../key-text.js';
+import { describeKey } from '../key-text.js';
 import type { Logger } from '../log.js';
 import { encodeCommand } from '../resp/encode.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
@@ -23,9 +22,8 @@ import { effectiveMode, type Rule, type RuleMode, type RuleSet } from '../rules/
 import type { Stats } from '../stats.js';
 import { BlockMatcher, BlockStep, framesTaken } from './block-matcher.js';
 import { BLOCK_FRAMES, type LockCall } from './block-shape.js';
-import { withExpireNx } from './expire-nx.js';
-import { HELLO, methodFromHello, type LockMethod, type LockMethodSetting } from './lock-method.js';
 import { encodeLockCall, translateScriptReply } from './script.js';
+import type { UnfixedReason } from './streamed-blocks.js';
 
 /** What the block flow needs of its connection. */
 export interface LockBlockPort {
@@ -33,8 +31,12 @@ export interface LockBlockPort {
   writeUpstream(bytes: Buffer): void;
   /** Bytes for the client, in order. */
   writeClient(bytes: Buffer): void;
-  /** Block frames went upstream as Redis runs them: `frames` of them (MULTI first), `complete` with the EXEC. */
-  blockSent(frames: number, complete: boolean): void;
+  /**
+   * Held frames went upstream unchanged, as Redis runs them: `frames` of them (MULTI first),
+   * `complete` with the EXEC; `key` the increment's once it got that far; `reason` why the
+   * block was not fixed, should it turn out to be one.
+   */
+  blockSent(frames: number, complete: boolean, key: Buffer | null, reason: UnfixedReason): void;
   /** The client's next bytes wait until resumeClient(): a reply of the proxy's own decides what goes next. */
   holdClient(): void;
   resumeClient(): void;
@@ -57,10 +59,7 @@ export interface ExpectedReplies {
 export interface BlockSettings {
   /** 'observe': every rule only observes. */
   readonly mode: RuleMode;
-  /** Every shipped release line's lock keys (rules/census.ts): what a block no loaded rule names is counted by. */
-  readonly census: RuleSet;
   readonly holdMs: number;
-  readonly lockMethod: LockMethodSetting;
   readonly stats: Stats;
 }
 
@@ -75,8 +74,6 @@ interface CompleteBlock {
 }
 
 const ASKING = encodeCommand('ASKING');
-/** What HELLO answers: a RESP3 map, a RESP2 array of pairs, or an error. */
-const HELLO_REPLY_TYPES = new Set([0x25 /* % */, 0x2a /* * */, 0x2d /* - */]);
 /** Errors of Redis Cluster's key check, which Redis gives the original block's commands too. */
 const CLUSTER_REDIRECT = /^-(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/;
 
@@ -87,17 +84,13 @@ export class LockBlocks {
   /** Bytes of the block being held. */
   private held: Buffer[] = [];
   private holdTimer: NodeJS.Timeout | undefined;
-  /** How this connection's blocks are sent; null until the server's version is known (auto). */
-  private method: LockMethod | null;
   private readonly fallbackReasonsLogged = new Set<string>();
 
   constructor(
     private readonly port: LockBlockPort,
     private readonly replies: ExpectedReplies,
     private readonly settings: BlockSettings,
-  ) {
-    this.method = settings.lockMethod === 'auto' ? null : settings.lockMethod;
-  }
+  ) {}
 
   /** True when the frame whose head the scanner holds is a MULTI that may start a block. */
   static isStart(scanner: RequestScanner): boolean {
@@ -162,99 +155,37 @@ export class LockBlocks {
     const held = this.held;
     this.held = [];
     this.port.writeUpstream(joined(held));
-    this.port.blockSent(framesTaken(this.matcher.step), this.isComplete);
+    const frames = framesTaken(this.matcher.step);
+    const key = frames >= 2 ? this.matcher.call().key : null;
+    this.port.blockSent(frames, this.isComplete, key, reason === 'hold-timeout' ? 'hold-timeout' : 'not-a-lock-block');
   }
 
   /**
    * A whole block is held. `asking`: ASKING came right before it. Returns true when the client's
-   * next bytes must wait for a reply of the proxy's own (the server's version, or the script's).
+   * next bytes must wait for the script's reply.
    */
   complete(asking: boolean): boolean {
     this.stopTimer();
     const rule = this.matcher.rule;
-    const call = this.matcher.call();
-    const stats = this.settings.stats;
     if (rule === undefined) {
-      this.countUncovered(call.key);
       this.release('no-rule');
       return false;
     }
-    stats.blockSeen(rule.name);
     if (effectiveMode(rule, this.settings.mode) === 'observe') {
-      stats.blockObserved(rule.name);
-      this.port.log.info({ rule: rule.name, key: describeKey(call.key) }, 'observe: lock block would be rewritten');
       this.release('observe');
       return false;
     }
+    this.settings.stats.blockSeen(rule.name);
     this.holding = false;
-    const block: CompleteBlock = { call, rule, bytes: joined(this.held), asking };
+    const block: CompleteBlock = { call: this.matcher.call(), rule, bytes: joined(this.held), asking };
     this.held = [];
-    if (this.method === null) {
-      this.askServerVersion(block);
-      return true;
-    }
-    return this.send(block);
-  }
-
-  /**
-   * A whole lock-shaped block on a key no loaded rule names: it goes upstream as it came. It is
-   * counted by its key's prefix, and as an old-shape attempt when a shipped release line's rule
-   * names the key (the rules loaded may be narrowed to other releases).
-   */
-  private countUncovered(key: Buffer): void {
-    const stats = this.settings.stats;
-    stats.blockUncovered(keyPrefixLabel(key));
-    const shipped = this.settings.census.match(key);
-    if (shipped !== undefined) stats.attempt(shipped.name).oldShape++;
+    this.sendScript(block, false);
+    return true;
   }
 
   private onHoldTimeout(): void {
     this.holdTimer = undefined;
-    if (!this.holding) return;
-    const rule = this.matcher.rule;
-    if (rule !== undefined) this.settings.stats.blockHoldTimedOut(rule.name);
-    this.release('hold-timeout');
-  }
-
-  /** Sends a complete block the connection's way; true when the client must wait for the script. */
-  private send(block: CompleteBlock): boolean {
-    if (this.method === 'script') {
-      this.sendScript(block, false);
-      return true;
-    }
-    const rewritten = withExpireNx(block.bytes);
-    this.port.writeUpstream(rewritten ?? block.bytes);
-    this.port.blockSent(BLOCK_FRAMES, true);
-    if (rewritten === null) this.settings.stats.countRelease('unreadable-block');
-    else this.settings.stats.blockRewritten(block.rule.name, 'transaction');
-    return false;
-  }
-
-  /** Asks the server's version before the connection's first block; the client waits. */
-  private askServerVersion(block: CompleteBlock): void {
-    this.port.holdClient();
-    this.port.writeUpstream(HELLO);
-    this.replies.capture((reply) => {
-      if (!HELLO_REPLY_TYPES.has(reply[0])) {
-        // HELLO answers a map (an array in RESP2) or an error: anything else is another command's reply.
-        this.port.log.error({ type: String.fromCharCode(reply[0]) }, 'the server version reply is not one; closing the connection');
-        this.port.closeAfterReplies();
-        return;
-      }
-      const version = methodFromHello(reply);
-      this.method = version.method;
-      this.askAgain(block);
-      if (version.method === null) {
-        // Not authenticated: Redis refuses the block itself, as it would without the proxy.
-        this.settings.stats.countRelease('not-authenticated');
-        this.port.writeUpstream(block.bytes);
-        this.port.blockSent(BLOCK_FRAMES, true);
-      } else {
-        this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
-        if (this.send(block)) return; // the script's reply resumes the client
-      }
-      this.port.resumeClient();
-    });
+    if (this.holding) this.release('hold-timeout');
   }
 
   private sendScript(block: CompleteBlock, withSource: boolean): void {

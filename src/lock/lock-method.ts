@@ -1,18 +1,24 @@
 /**
  * How a connection's lock blocks go to Redis:
  *
- * - 'transaction': inside the client's own transaction, its [P]EXPIRE given NX (expire-nx.ts).
- *   Needs `EXPIRE ... NX`, which Redis has from 7.0 on (and every Valkey: it forked from 7.2).
- * - 'script': as one Lua script (script.ts), which works on any version.
+ * - 'transaction': inside the client's own transaction, its [P]EXPIRE given NX as it streams past
+ *   (streamed-blocks.ts, expire-nx.ts). Needs `EXPIRE ... NX`, which Redis has from 7.0 on (and
+ *   every Valkey: it forked from 7.2).
+ * - 'script': as one Lua script (script.ts), which works on any version; the block is held until
+ *   it is whole (block-flow.ts).
  *
- * With --lock-method auto (the default) the server's version decides, asked on the connection
- * itself before its first lock block, because the proxy may hold no credentials of its own (the
- * application authenticates). `HELLO` without arguments answers the server's name and version
- * and changes nothing on the connection (networking.c helloCommand: no protocol version, no
- * AUTH, no SETNAME), and ACLs never refuse it (acl.c: commands flagged no-auth skip the command
- * check). Before Redis 6.2 it is an error (6.0 requires a protocol version, 5 has no HELLO): those
- * servers have no NX either. A Redis restart or failover closes the connection, so what one
- * connection learnt is never stale.
+ * With --lock-method auto (the default) the server's version decides. It is asked on the
+ * connection itself, because the proxy may hold no credentials of its own (the application
+ * authenticates): `HELLO` without arguments answers the server's name and version and changes
+ * nothing on the connection (networking.c helloCommand: no protocol version, no AUTH, no SETNAME),
+ * and ACLs never refuse it (acl.c: commands flagged no-auth skip the command check). Before
+ * Redis 6.2 it is an error (6.0 requires a protocol version, 5 has no HELLO): those servers have
+ * no NX either.
+ *
+ * What one connection learns is kept for its upstream address (ServerMethods), so that the next
+ * connections to it know at once. An upstream that closes a connection the client did not end
+ * (a restart, a failover, CLIENT KILL) is asked again: the server behind the address may have
+ * changed.
  */
 import { encodeCommand } from '../resp/encode.js';
 import { decodeReply, pairsOf, textOf } from '../resp/value.js';
@@ -56,4 +62,22 @@ export function methodFromHello(reply: Buffer): ServerVersion {
   const major = /^(\d+)\./.exec(version)?.[1];
   const detail = `${server || 'unknown server'} ${version || 'unknown version'}`;
   return { method: major !== undefined && Number(major) >= NX_SINCE_MAJOR ? 'transaction' : 'script', detail };
+}
+
+/** The method each upstream address was last found to need (auto). */
+export class ServerMethods {
+  private readonly byAddress = new Map<string, LockMethod>();
+
+  get(address: string): LockMethod | null {
+    return this.byAddress.get(address) ?? null;
+  }
+
+  learnt(address: string, method: LockMethod): void {
+    this.byAddress.set(address, method);
+  }
+
+  /** The upstream closed a connection on its own: the server behind the address may have changed. */
+  forget(address: string): void {
+    this.byAddress.delete(address);
+  }
 }

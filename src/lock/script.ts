@@ -117,6 +117,9 @@ function lineEnd(reply: Buffer, pos: number): number {
 }
 
 /** Turns the script's reply (one complete RESP frame) into the client's replies. */
+/** EXPIRE's answer where the key exists. */
+const EXPIRY_SET = Buffer.from(':1\r\n');
+
 export function translateScriptReply(reply: Buffer): ScriptOutcome {
   const type = reply[0];
   if (type === 0x2d /* - */ || type === 0x21 /* ! */) {
@@ -149,11 +152,13 @@ export function translateScriptReply(reply: Buffer): ScriptOutcome {
     return unknown('unexpected script reply');
   }
 
-  // Second element: whether the expiry was applied, or its error.
+  // Second element: whether the expiry was applied, or its error. Right after the increment the
+  // key exists, so Redis alone answers an expiry `:1`: the client gets that where the script
+  // left a held lock's expiry alone (`:0`).
   end = lineEnd(reply, pos);
   if (end === -1 || end + 2 !== reply.length) return unknown('unexpected script reply');
   const second = reply.subarray(pos, end + 2);
   const valid = second[0] === 0x2d || (second.length === 4 && second[0] === 0x3a && (second[1] === 0x30 || second[1] === 0x31));
   if (!valid) return unknown('unexpected script reply');
-  return { kind: 'replies', bytes: Buffer.concat([REPLIES_HEAD, first, second]) };
+  return { kind: 'replies', bytes: Buffer.concat([REPLIES_HEAD, first, second[0] === 0x3a ? EXPIRY_SET : second]) };
 }

@@ -3,7 +3,7 @@
  * shape a connection's behaviour, the logger and the counters.
  */
 import type { ClusterReplies } from '../cluster/node-replies.js';
-import type { LockMethodSetting } from '../lock/lock-method.js';
+import type { LockMethodSetting, ServerMethods } from '../lock/lock-method.js';
 import type { Logger } from '../log.js';
 import type { RuleMode, RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
@@ -18,7 +18,7 @@ export interface ProxyContext {
   readonly census: RuleSet;
   /** 'observe' makes every rule observe-only. */
   readonly mode: RuleMode;
-  /** How long a held MULTI waits for the rest of its block after the client's last byte. */
+  /** How long a held MULTI (the script way) waits for the rest of its block after the client's last byte. */
   readonly holdMs: number;
   readonly connectTimeoutMs: number;
   /** Close a client connection idle this long (0: never). */
@@ -29,6 +29,8 @@ export interface ProxyContext {
   readonly upstreamTimeoutMs: number;
   /** How lock blocks are fixed (lock/lock-method.ts). */
   readonly lockMethod: LockMethodSetting;
+  /** With --lock-method auto: what each upstream address was found to need. */
+  readonly serverMethods: ServerMethods;
   /** Set with --cluster. */
   readonly cluster?: ClusterReplies | null;
   readonly log: Logger;

@@ -54,8 +54,12 @@ export interface ReplyStreamPort {
 
 /** A point in the reply stream, and how many forwarded replies follow it. */
 type Mark =
-  /** The reply to a command the proxy sent itself. */
-  | { readonly kind: 'capture'; readonly handle: (reply: Buffer) => void; after: number }
+  /**
+   * A reply taken aside: to a command the proxy sent itself (`timed`: bounded by
+   * --own-reply-timeout-ms), or a client's reply the proxy must change (EXEC's, after a lock
+   * pair was fixed; not bounded: Redis answers its client's command in its own time).
+   */
+  | { readonly kind: 'capture'; readonly handle: (reply: Buffer) => void; readonly timed: boolean; after: number }
   /**
    * The refusal of the marker command sent right after a client's RESET in a plain pipe:
    * replies pass uncounted until it, it is dropped, and `found` is told.
@@ -127,9 +131,12 @@ export class ReplyStream {
     else this.marks[this.marks.length - 1].after += count;
   }
 
-  /** The reply to the command just sent is the proxy's own: it goes to `handle`, not to the client. */
-  capture(handle: (reply: Buffer) => void): void {
-    this.marks.push({ kind: 'capture', handle, after: 0 });
+  /**
+   * The reply to the command just sent is taken aside: it goes to `handle`, not to the client.
+   * `timed`: it is a command of the proxy's own, whose reply has a bound.
+   */
+  capture(handle: (reply: Buffer) => void, timed = true): void {
+    this.marks.push({ kind: 'capture', handle, timed, after: 0 });
     this.passing = false;
     this.clockOwnReply();
   }
@@ -306,7 +313,8 @@ export class ReplyStream {
    */
   private clockOwnReply(): void {
     const head = this.marks[0];
-    const due = head !== undefined && !this.passing && (this.outstanding === 0 || head.kind === 'marker') ? head : null;
+    const timed = head !== undefined && (head.kind === 'marker' || head.timed);
+    const due = timed && !this.passing && (this.outstanding === 0 || head.kind === 'marker') ? head : null;
     if (due === this.clocked) return;
     this.stopClock();
     if (due === null) return;

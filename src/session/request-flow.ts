@@ -1,9 +1,16 @@
 /**
  * The client-to-server side of one connection: the loop over client chunks. Bytes go upstream as
  * they arrive, in order; frames are classified from their heads once those are complete
- * (TransactionState), but forwarding never waits to learn them. Only a MULTI that may start a
- * lock block is held, by LockBlocks (lock/block-flow.ts); the replies each forwarded frame brings
- * are announced to the reply side (ReplyStream).
+ * (TransactionState), but forwarding never waits to learn them. Lock blocks are found as they
+ * stream (lock/streamed-blocks.ts): on servers with `EXPIRE ... NX` their expiry gains NX as it
+ * passes, and the only bytes kept back are those of a frame that may still be that expiry, until
+ * its head is read (Redis waits for a whole frame too). Only the script way (servers before 7.0)
+ * holds a MULTI that may start a lock block, in LockBlocks (lock/block-flow.ts). The replies each
+ * forwarded frame brings are announced to the reply side (ReplyStream).
+ *
+ * With --lock-method auto, the server's version is learnt once per upstream address (and again
+ * after the server closed a connection on its own): HELLO goes right before the first MULTI, which
+ * waits for the answer (lock/lock-method.ts). Every later MULTI to that address waits for nothing.
  *
  * When replies cannot be counted (subscribe mode, MONITOR, CLIENT REPLY, REPLCONF, replication,
  * malformed input) the connection becomes a plain pipe. A RESET ends such a pipe, as it ends all
@@ -12,9 +19,14 @@
  */
 import type { NodeReplies } from '../cluster/node-replies.js';
 import { joined, LockBlocks, type LockBlockPort } from '../lock/block-flow.js';
+import { BLOCK_COMMANDS } from '../lock/block-shape.js';
+import { expiryWithNx, restoreExpiryReplies } from '../lock/expire-nx.js';
 import { countFixedShape } from '../lock/fixed-shape.js';
+import { HELLO, methodFromHello, type LockMethod } from '../lock/lock-method.js';
+import { StreamedBlocks, type PairOutcome, type UnfixedReason } from '../lock/streamed-blocks.js';
 import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
+import { encodeCommand } from '../resp/encode.js';
 import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
 import { WholeFrameReader } from '../resp/whole-frame.js';
 import { countedApart, namesVerifyConnection } from '../verify-connection.js';
@@ -45,13 +57,25 @@ export interface RequestFlowPort {
   closeAfterReplies(): void;
   /** A command went upstream whose reply may wait for other clients (BLPOP, XREAD, WAIT, ...). */
   blockingSent(): void;
+  /** The upstream address this connection dialled: what the server's version is kept for. */
+  readonly upstreamAddress: string;
   readonly log: Logger;
+}
+
+const ASKING = encodeCommand('ASKING');
+/** What HELLO answers: a RESP3 map, a RESP2 array of pairs, or an error. */
+const HELLO_REPLY_TYPES = new Set([0x25 /* % */, 0x2a /* * */, 0x2d /* - */]);
+const { EXPIRE, PEXPIRE } = BLOCK_COMMANDS;
+
+/** The commands of a lock pair: inside a followed transaction, each is read by its head. */
+function isPairCommand(cmd: Cmd): boolean {
+  return cmd === Cmd.Incr || cmd === Cmd.Incrby || cmd === Cmd.Expire || cmd === Cmd.Pexpire;
 }
 
 /**
  * Frames that, outside a held block, need nothing but their reply counted: any command the
- * proxy does not classify, and the lock block's increment and expiry met on their own. `SET`
- * too, except the six-argument one whose shape is counted (countFixedShape).
+ * proxy does not classify, and the lock block's increment and expiry outside a followed
+ * transaction. `SET` too, except the six-argument one whose shape is counted (countFixedShape).
  */
 function onlyCounted(cmd: Cmd, argc: number): boolean {
   switch (cmd) {
@@ -73,6 +97,13 @@ export class RequestFlow implements LockBlockPort {
   private readonly whole = new WholeFrameReader();
   private readonly tx = new TransactionState();
   private readonly blocks: LockBlocks;
+  private readonly streamed: StreamedBlocks;
+  /** What this connection's HELLO said the server needs (auto); null until it has answered. */
+  private learnt: LockMethod | null = null;
+  /** A HELLO of the proxy's own is on its way; the client's bytes wait for its answer. */
+  private versionAsked = false;
+  /** HELLO was refused (not authenticated yet): the MULTI it went before goes on without asking again. */
+  private versionRefused = false;
   /** Bytes are forwarded without being interpreted (a plain pipe). */
   piping = false;
   /**
@@ -85,7 +116,8 @@ export class RequestFlow implements LockBlockPort {
   private readonly pipeWithoutRules: boolean;
   /**
    * Bytes of the current frame, from earlier chunks, kept back because they may still be a MULTI
-   * that starts a lock block (at most the 11 bytes before its last; any other frame is forwarded).
+   * that the script way holds or HELLO must go before (at most the 11 bytes before its last), or
+   * the expiry of a lock pair, which gains NX (at most its head); any other frame is forwarded.
    */
   private partial: Buffer[] = [];
   /** The frame being read is a QUIT: once it has gone upstream, Redis closes. */
@@ -99,11 +131,9 @@ export class RequestFlow implements LockBlockPort {
     private readonly ctx: ProxyContext,
     private readonly nodes: NodeReplies | null,
   ) {
-    this.blocks = new LockBlocks(
-      this,
-      replies,
-      countedApart(ctx, () => this.verifyConnection),
-    );
+    const counting = countedApart(ctx, () => this.verifyConnection);
+    this.blocks = new LockBlocks(this, replies, counting);
+    this.streamed = new StreamedBlocks(counting, () => this.port.log);
     // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
     this.pipeWithoutRules = ctx.rules().rules.length === 0 && !ctx.cluster;
     if (this.pipeWithoutRules) this.enterPipe(true);
@@ -133,9 +163,10 @@ export class RequestFlow implements LockBlockPort {
     this.port.writeClient(bytes);
   }
 
-  blockSent(frames: number, complete: boolean): void {
+  blockSent(frames: number, complete: boolean, key: Buffer | null, reason: UnfixedReason): void {
     this.replies.expect(frames);
     this.tx.blockSent(frames, complete);
+    this.streamed.released(frames, complete, key, this.ctx.rules(), reason);
   }
 
   holdClient(): void {
@@ -187,13 +218,16 @@ export class RequestFlow implements LockBlockPort {
         if (blocks.holding) {
           if (!blocks.accept(scanner, this.ctx.rules())) {
             blocks.release('not-a-lock-block');
-            this.forwardFrame();
+            this.forwardFrame(null);
           }
-        } else if (this.tx.canStartBlock && LockBlocks.isStart(scanner) && this.frameKeptBack(scanner)) {
-          from = this.startHolding(chunk, from);
+        } else if (this.tx.canStartBlock && LockBlocks.isStart(scanner)) {
+          from = this.atMulti(chunk, from);
+          if (from < 0) return; // the MULTI waits for the server's version
+        } else if (this.streamed.active && this.streamed.isEnforcedExpiry(scanner)) {
+          from = this.atExpiry(chunk, from, pos);
         } else {
           this.flushPartial();
-          this.forwardFrame();
+          this.forwardFrame(null);
         }
         this.quitting = scanner.cmd === Cmd.Quit && !blocks.holding && !this.piping;
         if (scanner.cmd === Cmd.Reset && scanner.argc === 1 && (event & END) !== 0 && !blocks.holding && !this.piping) {
@@ -242,13 +276,16 @@ export class RequestFlow implements LockBlockPort {
   private countWholeFrames(chunk: Buffer, pos: number): number {
     const whole = this.whole;
     let frames = 0;
+    // Inside a followed transaction, a lock pair's commands are read by their heads.
+    const following = this.streamed.active;
     while (pos < chunk.length) {
       const after = whole.read(chunk, pos);
-      if (after < 0 || !onlyCounted(whole.cmd, whole.argc)) break;
+      if (after < 0 || !onlyCounted(whole.cmd, whole.argc) || (following && isPairCommand(whole.cmd))) break;
       frames++;
       pos = after;
     }
     if (frames > 0) {
+      if (following) this.streamed.others();
       this.tx.forwarded(frames);
       this.ctx.stats.commandsForwarded += frames;
       this.replies.expect(frames);
@@ -271,7 +308,7 @@ export class RequestFlow implements LockBlockPort {
       else blocks.awaitMore();
       return;
     }
-    if (scanner.awaitingHead && this.tx.canStartBlock && LockBlocks.couldStillStart(scanner) && this.frameKeptBack(scanner)) {
+    if (scanner.awaitingHead && this.mayStillBeActedOn(scanner) && this.frameKeptBack(scanner)) {
       const start = scanner.frameStart >= from ? scanner.frameStart : from;
       this.port.writeUpstream(chunk.subarray(from, start));
       this.partial.push(chunk.subarray(start));
@@ -279,6 +316,141 @@ export class RequestFlow implements LockBlockPort {
     }
     this.flushPartial();
     this.port.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /**
+   * Whether the frame whose head is still being read may yet be one whose bytes cannot go as they
+   * are: a MULTI that the script way holds or that HELLO must go before, or the expiry of a lock
+   * pair to fix.
+   */
+  private mayStillBeActedOn(scanner: RequestScanner): boolean {
+    const method = this.lockMethod();
+    if (this.tx.canStartBlock) return method !== 'transaction' && LockBlocks.couldStillStart(scanner);
+    return (
+      this.streamed.active &&
+      this.streamed.expiryMayFollow &&
+      method !== 'script' &&
+      (scanner.couldStillBe(EXPIRE, 3) || scanner.couldStillBe(PEXPIRE, 3))
+    );
+  }
+
+  /** How this connection's lock blocks go: the setting, or what the server was found to need (null: not known yet). */
+  private lockMethod(): LockMethod | null {
+    const setting = this.ctx.lockMethod;
+    if (setting !== 'auto') return setting;
+    // What the address is known to need holds for this connection's whole life: it stays on that server.
+    this.learnt ??= this.ctx.serverMethods.get(this.port.upstreamAddress);
+    return this.learnt;
+  }
+
+  /**
+   * A MULTI that may start a lock block: held on the script way, forwarded on the transaction
+   * way. Where the server's version is not known yet (the first MULTI to an upstream address, or
+   * after it closed a connection), HELLO goes right before it and the MULTI waits for the answer
+   * (the script way must hold the block from its MULTI on). Returns the new `from`, or -1 when
+   * the MULTI and the rest of the chunk wait for the answer.
+   */
+  private atMulti(chunk: Buffer, from: number): number {
+    const scanner = this.scanner;
+    const method = this.lockMethod();
+    const keptBack = this.frameKeptBack(scanner);
+    if (method === 'script' && keptBack) return this.startHolding(chunk, from);
+    if (method === null && keptBack && !this.versionRefused) {
+      this.waitForVersion(chunk, from);
+      return -1;
+    }
+    this.versionRefused = false;
+    this.flushPartial();
+    this.forwardFrame(null);
+    return from;
+  }
+
+  /**
+   * Sends what precedes the MULTI whose head the scanner holds, then HELLO; the MULTI and the
+   * rest of the chunk wait for HELLO's answer, to be read again from the MULTI's first byte.
+   */
+  private waitForVersion(chunk: Buffer, from: number): void {
+    const start = this.scanner.frameStart;
+    let rest = chunk.subarray(from);
+    if (start >= 0) {
+      this.port.writeUpstream(chunk.subarray(from, start));
+      rest = chunk.subarray(start);
+    }
+    if (this.partial.length > 0) rest = Buffer.concat([...this.partial, rest]);
+    this.partial = [];
+    this.askVersion();
+    this.port.stall(rest);
+    this.port.holdClient();
+  }
+
+  /**
+   * The expiry of a lock pair whose rule enforces (its head, which is the whole frame, is read):
+   * with NX on servers that have it, unchanged where it cannot be fixed. Returns the new `from`.
+   */
+  private atExpiry(chunk: Buffer, from: number, pos: number): number {
+    const scanner = this.scanner;
+    const method = this.lockMethod();
+    let outcome: PairOutcome;
+    if (method === 'transaction' && this.frameKeptBack(scanner)) {
+      const start = scanner.frameStart;
+      let frame: Buffer;
+      if (start >= 0) {
+        this.port.writeUpstream(chunk.subarray(from, start));
+        frame = chunk.subarray(start, pos);
+      } else {
+        this.partial.push(chunk.subarray(from, pos));
+        frame = joined(this.partial);
+        this.partial = [];
+      }
+      this.port.writeUpstream(expiryWithNx(frame));
+      from = pos;
+      outcome = 'nx';
+    } else {
+      // The script way fixes only a block it held whole: this one was released (at the hold
+      // deadline, or by a frame that broke its shape) or came in another shape.
+      const reason =
+        method === 'transaction'
+          ? 'split-frame'
+          : method === 'script'
+            ? (this.streamed.releaseReason ?? 'not-a-lock-block')
+            : 'version-unknown';
+      outcome = { unfixed: reason };
+      this.flushPartial();
+    }
+    this.forwardFrame(outcome);
+    return from;
+  }
+
+  /** Asks the server's version on the connection, right before a MULTI. */
+  private askVersion(): void {
+    this.versionAsked = true;
+    this.port.writeUpstream(HELLO);
+    this.replies.capture((reply) => this.onVersion(reply));
+    if (this.tx.afterAsking) {
+      // HELLO used up the ASKING the client sent before its MULTI: it goes again, its +OK the proxy's.
+      this.port.writeUpstream(ASKING);
+      this.replies.capture(() => {});
+    }
+  }
+
+  private onVersion(reply: Buffer): void {
+    this.versionAsked = false;
+    if (!HELLO_REPLY_TYPES.has(reply[0])) {
+      // HELLO answers a map (an array in RESP2) or an error: anything else is another command's reply.
+      this.port.log.error({ type: String.fromCharCode(reply[0]) }, 'the server version reply is not one; closing the connection');
+      this.port.closeAfterReplies();
+      return;
+    }
+    // Not authenticated yet (method null): Redis refuses the MULTI itself; the next one asks again.
+    const version = methodFromHello(reply);
+    if (version.method !== null) {
+      this.learnt = version.method;
+      this.ctx.serverMethods.learnt(this.port.upstreamAddress, version.method);
+      this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
+    } else {
+      this.versionRefused = true;
+    }
+    this.port.resumeClient();
   }
 
   /** Whether none of the current frame has gone upstream yet: it starts in this chunk, or was kept back. */
@@ -311,20 +483,40 @@ export class RequestFlow implements LockBlockPort {
     this.flushPartial();
   }
 
-  /** The frame whose head the scanner holds goes upstream: the replies it brings and the state it changes. */
-  private forwardFrame(): void {
-    const meaning = this.tx.frame(this.scanner);
+  /**
+   * The frame whose head the scanner holds goes upstream: the replies it brings and the state it
+   * changes. `outcome`: what became of it, when it is the expiry of a lock pair whose rule enforces.
+   */
+  private forwardFrame(outcome: PairOutcome | null): void {
+    const tx = this.tx;
+    const meaning = tx.frame(this.scanner);
     if (meaning === FrameMeaning.NoReply) return;
     if (meaning === FrameMeaning.Untrackable || meaning === FrameMeaning.Replication) {
       this.enterPipe(meaning === FrameMeaning.Untrackable);
       return;
+    }
+    let fixed: readonly number[] | null = null;
+    if (tx.opened) {
+      if (!tx.watching) this.streamed.begin();
+    } else if (this.streamed.active) {
+      if (tx.queuedIndex >= 0) this.streamed.queued(this.scanner, tx.queuedIndex, this.ctx.rules(), outcome);
+      else if (tx.closed && this.scanner.cmd === Cmd.Exec) fixed = this.streamed.executed(tx.queued);
+      else if (tx.closed) this.streamed.end();
     }
     if (this.scanner.cmd === Cmd.Client) this.verifyConnection = namesVerifyConnection(this.scanner) ?? this.verifyConnection;
     else if (this.scanner.cmd === Cmd.Blocking) this.port.blockingSent();
     if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
-    if (rewrite === undefined) this.replies.expect(1);
+    if (fixed !== null && fixed.length > 0) {
+      // EXEC's reply gives each expiry sent with NX back as Redis alone answers it. It is the
+      // client's own command, Redis's to answer in its own time: no bound of the proxy's.
+      const indexes = fixed;
+      this.replies.capture((reply) => {
+        const restored = restoreExpiryReplies(reply, indexes);
+        this.port.writeClient(rewrite === undefined ? restored : rewrite(restored));
+      }, false);
+    } else if (rewrite === undefined) this.replies.expect(1);
     else this.replies.capture((reply) => this.port.writeClient(rewrite(reply)));
   }
 
@@ -334,6 +526,7 @@ export class RequestFlow implements LockBlockPort {
    */
   enterPipe(resettable: boolean): void {
     this.piping = true;
+    this.streamed.end();
     // A RESET matters where lock blocks may follow it, or the URL's AUTH/SELECT must.
     this.resetEndsPipe = resettable && (!this.pipeWithoutRules || this.ctx.upstream.setup.length > 0);
     this.blocks.stopTimer();

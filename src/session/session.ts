@@ -189,6 +189,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   private onUpstreamError(err: Error): void {
     if (!this.connected) {
+      this.ctx.serverMethods.forget(this.upstreamAddress); // the server may be restarting
       this.ctx.stats.upstreamConnectFailures++;
       this.ctx.refusals.refused(this.ctx.upstream.describe(), this.upstreamAddress, err.message);
       this.refuseClient(`upstream ${this.ctx.upstream.describe()} is unreachable: ${err.message}`);
@@ -214,6 +215,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** Redis closed its side: everything it sent is passed on, then the client side closes. */
   private onUpstreamEnd(): void {
+    // Redis closed on its own (a restart, a failover, CLIENT KILL): the server behind the address may change.
+    if (!this.clientEnded && this.awaiting !== 'close') this.ctx.serverMethods.forget(this.upstreamAddress);
     this.toUpstream.discard();
     this.stalled = [];
     this.awaiting = null;

@@ -50,6 +50,23 @@ async function attempt(port: number, key: string): Promise<string> {
   }
 }
 
+/**
+ * Lowers a lock's lease to 5 s in Redis itself, so that an attempt that re-armed it would show;
+ * returns the PTTL the key has after `attempt` ran.
+ */
+async function pttlAfter(key: Buffer | string, attempt: () => Promise<void>): Promise<number> {
+  expect(await exchange(redis.port, cmd('PEXPIRE', key, '5000'), 1)).toBe(':1\r\n');
+  await attempt();
+  return Number(/^:(-?\d+)\r\n$/.exec(await exchange(redis.port, cmd('PTTL', key), 1))?.[1]);
+}
+
+/** An attempt through `port` left the lease it found (lowered to 5 s by pttlAfter). */
+async function expectLeaseKept(key: Buffer | string, attempt: () => Promise<void>): Promise<void> {
+  const pttl = await pttlAfter(key, attempt);
+  expect(pttl).toBeGreaterThan(0);
+  expect(pttl).toBeLessThanOrEqual(5000);
+}
+
 function isRunning(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -77,7 +94,10 @@ describe('admin endpoints', () => {
     try {
       const base = `http://127.0.0.1:${adminPort}`;
       expect(await attempt(port, 'lock:admin')).toBe(attemptReplies(1, 1));
-      expect(await attempt(port, 'lock:admin')).toBe(attemptReplies(2, 0));
+      // Redis's own answer; the lease stays.
+      await expectLeaseKept('lock:admin', async () => {
+        expect(await attempt(port, 'lock:admin')).toBe(attemptReplies(2, 1));
+      });
 
       const metrics = await (await fetch(`${base}/metrics`)).text();
       expect(metrics).toContain('redis_lock_proxy_blocks_total{rule="ops-lock",outcome="rewritten"} 2');
@@ -266,8 +286,13 @@ describe('configuration reload on SIGHUP: the rollout steps as docs/rollout.md w
       const listening = await cli.waitForLog('redis-lock-proxy listening');
       expect(listening).toMatchObject({ mode: 'observe', rules: ['stalwart-task-lock (observe)', 'stalwart-queue-lock (observe)'] });
       // 2. Watch: forwarded unchanged (a loser re-arms), logged, counted as observed; ready.
-      const observed = lockAttempt(taskLockKey(1n), 60);
-      expect(await exchange(port, Buffer.concat([observed, observed]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 1));
+      const observedKey = taskLockKey(1n);
+      const observed = lockAttempt(observedKey, 60);
+      expect(await exchange(port, observed, 4)).toBe(attemptReplies(1, 1));
+      const rearmed = await pttlAfter(observedKey, async () => {
+        expect(await exchange(port, observed, 4)).toBe(attemptReplies(2, 1));
+      });
+      expect(rearmed).toBeGreaterThan(5000);
       await cli.waitForLog('observe: lock block would be rewritten');
       expect(await metric(adminPort, `redis_lock_proxy_blocks_total{rule="stalwart-task-lock",outcome="observed"}`)).toBe(2);
       expect((await fetch(`http://127.0.0.1:${adminPort}/readyz`)).status).toBe(200);
@@ -286,8 +311,12 @@ describe('configuration reload on SIGHUP: the rollout steps as docs/rollout.md w
         rules: ['stalwart-task-lock (enforce)', 'stalwart-queue-lock (enforce)'],
       });
       expect(await nextLog(cli, 'settings reloaded', 0)).toMatchObject({ settings: { mode: 'enforce' } });
-      const enforced = lockAttempt(taskLockKey(2n), 60);
-      expect(await exchange(port, Buffer.concat([enforced, enforced]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+      const enforcedKey = taskLockKey(2n);
+      const enforced = lockAttempt(enforcedKey, 60);
+      expect(await exchange(port, enforced, 4)).toBe(attemptReplies(1, 1));
+      await expectLeaseKept(enforcedKey, async () => {
+        expect(await exchange(port, enforced, 4)).toBe(attemptReplies(2, 1));
+      });
       expect(await metric(adminPort, `redis_lock_proxy_blocks_total{rule="stalwart-task-lock",outcome="rewritten"}`)).toBe(2);
       expect(await metric(adminPort, `redis_lock_proxy_blocks_total${seen}`)).toBe(4);
 
@@ -310,8 +339,12 @@ describe('configuration reload on SIGHUP: the rollout steps as docs/rollout.md w
       cli.kill('SIGHUP');
       const refused = await nextLog(cli, 'configuration reload refused; the settings and rules in force stay', refusedBefore);
       expect(refused.err).toBe(`config file ${config}, line 6, setting "hold-ms": hold-ms must be an integer from 1 to 60000, got "ten"`);
-      const still = lockAttempt(taskLockKey(3n), 60);
-      expect(await exchange(port, Buffer.concat([still, still]), 8)).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+      const stillKey = taskLockKey(3n);
+      const still = lockAttempt(stillKey, 60);
+      expect(await exchange(port, still, 4)).toBe(attemptReplies(1, 1));
+      await expectLeaseKept(stillKey, async () => {
+        expect(await exchange(port, still, 4)).toBe(attemptReplies(2, 1));
+      });
     } finally {
       cli.kill('SIGTERM');
       await cli.stop();

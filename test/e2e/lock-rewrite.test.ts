@@ -51,7 +51,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
     const ttl = await pttl(key);
     expect(ttl).toBeGreaterThan(3_590_000);
     await adminCall('PEXPIRE', key, '5000'); // as if time passed
-    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 0));
+    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies(2, 1));
     expect(await pttl(key)).toBeLessThanOrEqual(5000);
     expect(proxy().stats.rewrittenBy[way]).toBe(before + 2);
   });
@@ -68,7 +68,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
     await client.writeSplit(lockAttempt(key, 3600), 'bytewise');
     expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
     await client.writeSplit(lockAttempt(key, 3600), 'bytewise');
-    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 1));
     await client.close();
   });
 
@@ -78,7 +78,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
     for (let attempt = 1; attempt <= 25; attempt++) {
       const sizes = Array.from({ length: 4 }, () => 1 + Math.floor(Math.random() * 20));
       await client.writeSplit(block, sizes, { delayMs: 1 });
-      expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(attempt, attempt === 1 ? 1 : 0));
+      expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(attempt, 1));
     }
     await client.close();
   });
@@ -114,7 +114,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
     client.write(cmd('HELLO', '3'));
     expect((await client.readReplies(1)).toString('latin1')).toMatch(/^%7\r\n/);
     client.write(Buffer.concat([lockAttempt(key, 3600), lockAttempt(key, 3600), cmd('PING')]));
-    expect((await client.readReplies(9)).toString('latin1')).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + '+PONG\r\n');
+    expect((await client.readReplies(9)).toString('latin1')).toBe(attemptReplies(1, 1) + attemptReplies(2, 1) + '+PONG\r\n');
     await client.close();
   });
 
@@ -122,7 +122,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
     const block = Buffer.concat([cmd('multi'), cmd('incr', 'lock:a'), cmd('pexpire', 'lock:a', '60000'), cmd('exec')]);
     expect(await exchange(proxy().port, block, 4)).toBe(attemptReplies(1, 1));
     await adminCall('PEXPIRE', 'lock:a', '5000');
-    expect(await exchange(proxy().port, block, 4)).toBe(attemptReplies(2, 0));
+    expect(await exchange(proxy().port, block, 4)).toBe(attemptReplies(2, 1));
     expect(await pttl('lock:a')).toBeLessThanOrEqual(5000);
   });
 
@@ -136,7 +136,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
     const deadline = String(Math.floor(Date.now() / 1000) + 30);
     expect(await adminCall('SET', key, deadline, 'NX', 'EX', '30')).toBe('+OK\r\n');
     const replies = await exchange(proxy().port, lockAttempt(key, 3600), 4);
-    expect(replies).toBe(attemptReplies(BigInt(deadline) + 1n, 0)); // counter != 1: the old node does not get the lock
+    expect(replies).toBe(attemptReplies(BigInt(deadline) + 1n, 1)); // counter != 1: the old node does not get the lock
     expect(await pttl(key)).toBeLessThanOrEqual(30_000);
   });
 
@@ -156,7 +156,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
       expect(proxied).toMatch(/\*2\r\n-(WRONGTYPE|ERR) [^\r]+\r\n:1\r\n$/);
       // With an expiry already set, the proxy leaves it alone.
       await adminCall('PEXPIRE', key, '5000');
-      expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(proxied.replace(/:1\r\n$/, ':0\r\n'));
+      expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(proxied);
       expect(await pttl(key)).toBeLessThanOrEqual(5000);
     }
   });
@@ -164,7 +164,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
   it('returns counters beyond 2^53 exactly', async () => {
     await adminCall('SET', key, '9007199254740993');
     await adminCall('EXPIRE', key, '100');
-    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('9007199254740994', 0));
+    expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('9007199254740994', 1));
     await adminCall('SET', key, '-9007199254740999');
     expect(await exchange(proxy().port, lockAttempt(key, 3600), 4)).toBe(attemptReplies('-9007199254740998', 1));
   });
@@ -177,7 +177,7 @@ describe('auto', () => {
       const key = taskLockKey(0x0a0a0an);
       const client = await RawClient.connect(proxy.port);
       client.write(Buffer.concat([lockAttempt(key, 3600), cmd('PEXPIRE', key, '5000'), lockAttempt(key, 3600)]));
-      expect((await client.readReplies(9)).toString('latin1')).toBe(attemptReplies(1, 1) + ':1\r\n' + attemptReplies(2, 0));
+      expect((await client.readReplies(9)).toString('latin1')).toBe(attemptReplies(1, 1) + ':1\r\n' + attemptReplies(2, 1));
       await client.close();
       expect(await pttl(key)).toBeLessThanOrEqual(5000);
       expect(proxy.stats.rewrittenBy).toEqual(autoWay() === 'transaction' ? { transaction: 2, script: 0 } : { transaction: 0, script: 2 });
@@ -187,6 +187,41 @@ describe('auto', () => {
       // What the server said: HELLO without arguments answers its name and version from 6.2 on (as
       // RESET, of the same release, tells); before, it is an error.
       expect(String(chosen[0].server)).toMatch(facts.has('reset') ? new RegExp(`^${facts.server.replaceAll('.', '\\.')}$`) : /^ERR /);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('auto: the server version, learnt once per upstream address', () => {
+  it('a later connection asks nothing; after Redis closed a connection by itself the next one asks again', async () => {
+    const proxy = await startTestProxy({ upstream: env.redis.url });
+    try {
+      const key = taskLockKey(0x0b0b0bn);
+      const attempt = async (): Promise<string> => {
+        const client = await RawClient.connect(proxy.port);
+        try {
+          client.write(Buffer.concat([cmd('CLIENT', 'SETNAME', 'learner'), lockAttempt(key, 3600)]));
+          return (await client.readReplies(5)).toString('latin1');
+        } finally {
+          await client.close();
+        }
+      };
+      // Each HELLO's answer is logged (before 6.2 HELLO without arguments is refused, and Redis counts no call).
+      const asked = () => proxy.logs().filter((line) => line.msg === 'lock method chosen from the server version').length;
+      expect(await attempt()).toBe('+OK\r\n' + attemptReplies(1, 1));
+      expect(await attempt()).toBe('+OK\r\n' + attemptReplies(2, 1));
+      expect(asked()).toBe(1);
+      // Redis closes a connection on its own: the server behind the address may have changed.
+      const killer = await RawClient.connect(proxy.port);
+      killer.write(cmd('CLIENT', 'SETNAME', 'victim'));
+      await killer.readReplies(1);
+      const id = /id=(\d+) [^\n]* name=victim /.exec(await adminCall('CLIENT', 'LIST'))?.[1];
+      expect(id).toBeDefined();
+      expect(await adminCall('CLIENT', 'KILL', 'ID', id as string)).toBe(':1\r\n');
+      await killer.readUntilClosed();
+      expect(await attempt()).toBe('+OK\r\n' + attemptReplies(3, 1));
+      expect(asked()).toBe(2);
     } finally {
       await proxy.close();
     }
@@ -204,7 +239,7 @@ describe('the script way', () => {
     expect((await client.readReplies(6)).toString('latin1')).toBe('+PONG\r\n' + attemptReplies(1, 1) + '$1\r\n1\r\n');
     await adminCall('SCRIPT', 'FLUSH');
     client.write(lockAttempt(key, 3600));
-    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 1));
     await client.close();
     expect(proxy.stats.scriptReloads).toBe(before + 2);
   });
@@ -246,8 +281,7 @@ describe('blocks the proxy leaves alone', () => {
     const variants = [
       Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600', 'NX'), cmd('EXEC')]),
       Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', taskLockKey(43n), '3600'), cmd('EXEC')]),
-      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('GET', key), cmd('EXEC')]),
-      Buffer.concat([cmd('MULTI'), cmd('GET', key), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]),
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('GET', key), cmd('EXPIRE', key, '3600'), cmd('EXEC')]),
       Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '01'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]),
       Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '+5'), cmd('EXEC')]),
       Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '0'), cmd('EXEC')]),
@@ -256,7 +290,7 @@ describe('blocks the proxy leaves alone', () => {
       Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('DISCARD')]),
       Buffer.concat([cmd('MULTI', 'x'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]),
     ];
-    const replyCounts = [4, 4, 5, 5, 4, 4, 4, 4, 4, 4, 4];
+    const replyCounts = [4, 4, 5, 4, 4, 4, 4, 4, 4, 4];
     for (let i = 0; i < variants.length; i++) await sameAsDirect(variants[i], replyCounts[i], existing);
   });
 
@@ -266,14 +300,33 @@ describe('blocks the proxy leaves alone', () => {
     // EXEC unwatched: the next attempt on the same connection is rewritten again.
     const client = await RawClient.connect(env.proxy.port);
     client.write(Buffer.concat([cmd('WATCH', key), cmd('UNWATCH'), lockAttempt(key, 3600)]));
-    expect((await client.readReplies(6)).toString('latin1')).toBe('+OK\r\n+OK\r\n' + attemptReplies(3, 0));
+    expect((await client.readReplies(6)).toString('latin1')).toBe('+OK\r\n+OK\r\n' + attemptReplies(3, 1));
     await client.close();
   });
 
-  it('a block inside a transaction', async () => {
-    const block = Buffer.concat([cmd('MULTI'), lockAttempt(key, 3600), cmd('EXEC')]);
-    // MULTI, nested MULTI refused, two QUEUED, EXEC runs the block, the last EXEC has no MULTI.
-    await sameAsDirect(block, 6, existing);
+  /**
+   * An increment directly followed by the expiry of its key, inside a longer transaction: the
+   * transaction way gives that expiry NX (the key's rule makes it a lock, and right after the
+   * increment the key exists), with Redis alone's replies; the script way, which takes only the
+   * exact block, runs it as sent.
+   */
+  async function fixedWhereNx(bytes: Buffer, replies: number): Promise<void> {
+    const run = async (port: number): Promise<{ replies: string; ttl: number }> => {
+      await adminCall('FLUSHALL');
+      await adminCall('SET', key, '1', 'EX', '100');
+      const out = await exchange(port, bytes, replies);
+      return { replies: out, ttl: Math.round((await pttl(key)) / 1000) };
+    };
+    const direct = await run(env.redis.port);
+    expect(direct.ttl).toBe(3600);
+    expect(await run(env.proxy.port)).toEqual({ replies: direct.replies, ttl: autoWay() === 'transaction' ? 100 : 3600 });
+  }
+
+  it('a lock pair inside a longer transaction: fixed on the transaction way, as sent on the script way', async () => {
+    await fixedWhereNx(Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('GET', key), cmd('EXEC')]), 5);
+    await fixedWhereNx(Buffer.concat([cmd('MULTI'), cmd('GET', key), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]), 5);
+    // MULTI, nested MULTI refused (not queued, the transaction goes on), two QUEUED, EXEC runs them, the last EXEC has no MULTI.
+    await fixedWhereNx(Buffer.concat([cmd('MULTI'), lockAttempt(key, 3600), cmd('EXEC')]), 6);
   });
 
   it('a rule in observe mode: counted and logged, forwarded unchanged', async () => {
@@ -288,20 +341,29 @@ describe('blocks the proxy leaves alone', () => {
   });
 });
 
-describe('holding a MULTI', () => {
+describe('blocks split, typed, or cut short', () => {
   const key = 'lock:slow';
 
-  it('releases a slowly typed block after the hold deadline, and it runs as sent', async () => {
+  it('a block typed one command at a time: fixed on the transaction way; released at the hold deadline and run as sent on the script way', async () => {
+    await adminCall('SET', key, '1', 'PX', '5000');
+    const unfixed = () => env.proxy.stats.byRule.get('test-lock')?.unfixed.get('hold-timeout') ?? 0;
+    const before = unfixed();
     const client = await RawClient.connect(env.proxy.port);
     client.write(cmd('MULTI'));
-    // Without a release this would wait for the rest of the block forever.
+    // Without a release the script way would wait for the rest of the block forever.
     expect((await client.readReplies(1, 1000)).toString()).toBe('+OK\r\n');
     client.write(cmd('INCRBY', key, '1'));
     expect((await client.readReplies(1)).toString()).toBe('+QUEUED\r\n');
-    client.write(Buffer.concat([cmd('EXPIRE', key, '60'), cmd('EXEC')]));
-    expect((await client.readReplies(2)).toString()).toBe('+QUEUED\r\n*2\r\n:1\r\n:1\r\n');
+    client.write(cmd('EXPIRE', key, '60'));
+    expect((await client.readReplies(1)).toString()).toBe('+QUEUED\r\n');
+    client.write(cmd('EXEC'));
+    expect((await client.readReplies(1)).toString()).toBe('*2\r\n:2\r\n:1\r\n');
     await client.close();
-    expect(env.proxy.stats.releases.get('hold-timeout')).toBeGreaterThanOrEqual(1);
+    const nx = autoWay() === 'transaction';
+    expect((await pttl(key)) > 5000).toBe(!nx);
+    expect(unfixed()).toBe(before + (nx ? 0 : 1));
+    if (!nx) expect(env.proxy.stats.releases.get('hold-timeout')).toBeGreaterThanOrEqual(1);
+    await adminCall('DEL', key);
   });
 
   it('still matches a block that trickles in slower than the deadline overall, but byte by byte faster', async () => {
@@ -358,7 +420,7 @@ describe('a user Redis refuses a command of the block', () => {
       lockAttempt(key, 3600),
     ]);
     const replies = await exchange(env.proxy.port, batch, 1 + 4 + 1 + 4);
-    expect(replies).toBe('+OK\r\n' + attemptReplies(1, 1) + ':1\r\n' + attemptReplies(2, 0));
+    expect(replies).toBe('+OK\r\n' + attemptReplies(1, 1) + ':1\r\n' + attemptReplies(2, 1));
     expect(await pttl(key)).toBeLessThanOrEqual(5000);
   });
 

@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, RawClient } from '../support/resp.js';
+import { serverFacts } from '../support/server-facts.js';
 
 /** A hold deadline far above what the tests wait, so that a release before it is the proxy's own decision. */
 const HOLD_MS = 10_000;
@@ -23,6 +24,10 @@ let open: RedisServer;
 let locked: RedisServer;
 let proxyOpen: TestProxy;
 let proxyLocked: TestProxy;
+/** The script way, which holds a MULTI until its block matches or cannot. */
+let proxyScript: TestProxy;
+/** The transaction way, which holds nothing (on a server with EXPIRE ... NX). */
+let proxyStreaming: TestProxy;
 let admin: RawClient;
 
 beforeAll(async () => {
@@ -32,12 +37,16 @@ beforeAll(async () => {
     // No password in the URL: the client's own AUTH decides, so Redis sees an unauthenticated client.
     startTestProxy({ upstream: `redis://127.0.0.1:${locked.port}`, holdMs: HOLD_MS }),
   ]);
+  [proxyScript, proxyStreaming] = await Promise.all([
+    startTestProxy({ upstream: open.url, holdMs: HOLD_MS, lockMethod: 'script' }),
+    startTestProxy({ upstream: open.url, holdMs: HOLD_MS, lockMethod: 'transaction' }),
+  ]);
   admin = await RawClient.connect(open.port);
 });
 
 afterAll(async () => {
   await admin?.close();
-  await Promise.all([proxyOpen?.close(), proxyLocked?.close()]);
+  await Promise.all([proxyOpen?.close(), proxyLocked?.close(), proxyScript?.close(), proxyStreaming?.close()]);
   await Promise.all([open?.stop(), locked?.stop()]);
 });
 
@@ -130,8 +139,8 @@ describe('unfinished requests reach Redis as they arrive', () => {
     }
   });
 
-  it('only the start of a MULTI that may open a lock block is kept back (Redis would wait for it too)', async () => {
-    const client = await RawClient.connect(proxyOpen.port);
+  it('the script way keeps back only the start of a MULTI that may open a lock block (Redis would wait for it too)', async () => {
+    const client = await RawClient.connect(proxyScript.port);
     try {
       const base = await bytesRedisRead();
       client.write('*1\r\n$5\r\nMUL');
@@ -147,10 +156,31 @@ describe('unfinished requests reach Redis as they arrive', () => {
   });
 });
 
-describe('a held block', () => {
+describe('a lock block on the transaction way: nothing held', () => {
+  it('MULTI and the increment are answered as they come; only an expiry frame not yet whole waits, as in Redis', async (test) => {
+    test.skip(...(await serverFacts(admin)).skipUnless('expire-nx'));
+    await admin.call('SET', 'lock:t', '1', 'EX', '100');
+    const client = await RawClient.connect(proxyStreaming.port);
+    try {
+      const rewritten = proxyStreaming.stats.blocksRewritten;
+      client.write(cmd('MULTI'));
+      expect((await client.readReplies(1, REPLY_TIMEOUT_MS)).toString()).toBe('+OK\r\n');
+      client.write(Buffer.concat([cmd('INCRBY', 'lock:t', '1'), Buffer.from('*3\r\n$6\r\nEXPIRE\r\n$6\r\nlock:t\r\n$2\r\n6')]));
+      expect((await client.readReplies(1, REPLY_TIMEOUT_MS)).toString()).toBe('+QUEUED\r\n');
+      client.write(Buffer.concat([Buffer.from('0\r\n'), cmd('EXEC')]));
+      expect((await client.readReplies(2, REPLY_TIMEOUT_MS)).toString()).toBe('+QUEUED\r\n*2\r\n:2\r\n:1\r\n');
+      expect(proxyStreaming.stats.blocksRewritten).toBe(rewritten + 1);
+      expect(Math.round((await admin.pttl('lock:t')) / 1000)).toBe(100); // not re-armed
+    } finally {
+      client.destroy();
+    }
+  });
+});
+
+describe('a held block (the script way)', () => {
   it('is released at once when the next frame cannot be the block’s (its count or name rules it out)', async () => {
     for (const next of ['*5\r\n', '*2\r\n$3\r\nGET\r\n$1', '*3\r\n$6\r\nEXPIRE\r\n', '*1\r\n$4\r\nPING']) {
-      const client = await RawClient.connect(proxyOpen.port);
+      const client = await RawClient.connect(proxyScript.port);
       try {
         const started = Date.now();
         client.write(Buffer.concat([cmd('MULTI'), Buffer.from(next)]));
@@ -169,14 +199,14 @@ describe('a held block', () => {
       ['*3\r\n$6\r\nINCRBY\r\n$6\r\nlock:z\r\n$', '1\r\n1\r\n'],
     ]) {
       await admin.call('DEL', 'lock:z');
-      const client = await RawClient.connect(proxyOpen.port);
+      const client = await RawClient.connect(proxyScript.port);
       try {
-        const rewritten = proxyOpen.stats.blocksRewritten;
+        const rewritten = proxyScript.stats.blocksRewritten;
         client.write(Buffer.concat([cmd('MULTI'), Buffer.from(first)]));
         await expect(client.readReplies(1, 300)).rejects.toThrow(/timed out/);
         client.write(Buffer.concat([Buffer.from(rest), cmd('EXPIRE', 'lock:z', '60'), cmd('EXEC')]));
         expect((await client.readReplies(4)).toString()).toBe('+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:1\r\n:1\r\n');
-        expect(proxyOpen.stats.blocksRewritten).toBe(rewritten + 1);
+        expect(proxyScript.stats.blocksRewritten).toBe(rewritten + 1);
       } finally {
         client.destroy();
       }

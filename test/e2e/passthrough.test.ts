@@ -41,6 +41,14 @@ beforeAll(async () => {
 
 const adminCall = (...args: (string | Buffer)[]): Promise<string> => env.admin.call(...args);
 
+/**
+ * A key's PTTL, read directly. The proxy gives a lock block's expiry Redis's own answer (1)
+ * whether or not it applied it: the lease left as it was shows that the block was fixed.
+ */
+async function adminPttl(key: string | Buffer): Promise<number> {
+  return Number(/^:(-?\d+)\r\n$/.exec(await adminCall('PTTL', key))?.[1]);
+}
+
 /** Sends `bytes` on a fresh connection and returns everything received until the server closes it. */
 async function untilClosed(port: number, bytes: Buffer): Promise<string> {
   const client = await RawClient.connect(port);
@@ -159,14 +167,18 @@ describe('pub/sub', () => {
     const key = 'lock:pubsub';
     other.write(lockAttempt(key, 60));
     expect((await other.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
-    other.write(Buffer.concat([cmd('PUBLISH', 'news', 'flash'), lockAttempt(key, 60)]));
-    expect((await other.readReplies(5)).toString('latin1')).toBe(':1\r\n' + attemptReplies(2, 0)); // rewritten: expiry not re-armed
-    expect((await sub.readReplies(1)).toString()).toBe('*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nflash\r\n');
-
+    // The lease lowered, so that a re-armed expiry would show.
     await adminCall('PEXPIRE', key, '5000');
+    other.write(Buffer.concat([cmd('PUBLISH', 'news', 'flash'), lockAttempt(key, 60)]));
+    expect((await other.readReplies(5)).toString('latin1')).toBe(':1\r\n' + attemptReplies(2, 1));
+    expect((await sub.readReplies(1)).toString()).toBe('*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nflash\r\n');
+    const pttl = await adminPttl(key);
+    expect(pttl).toBeGreaterThan(0);
+    expect(pttl).toBeLessThanOrEqual(5000); // rewritten: expiry not re-armed
+
     other.write(lockAttempt(key, 60));
-    expect((await other.readReplies(4)).toString('latin1')).toBe(attemptReplies(3, 0));
-    expect(Number(/:(\d+)/.exec(await adminCall('PTTL', key))?.[1])).toBeLessThanOrEqual(5000);
+    expect((await other.readReplies(4)).toString('latin1')).toBe(attemptReplies(3, 1));
+    expect(await adminPttl(key)).toBeLessThanOrEqual(pttl);
     await other.close();
     await sub.close();
   });
@@ -250,15 +262,18 @@ describe('RESP3 client tracking', () => {
       // invalidation to this very connection around the script's reply.
       client.write(cmd('GET', key));
       expect(await readSkippingPushes(client, 1, pushes)).toBe('$1\r\n1\r\n');
-      client.write(Buffer.concat([cmd('GET', 'tracked'), lockAttempt(key, 60), cmd('GET', 'tracked')]));
-      expect(await readSkippingPushes(client, 6, pushes)).toBe(bulk('new') + attemptReplies(2, 0) + bulk('new'));
+      // Its expiry longer than the lease (60 s), so that a re-armed one would show.
+      client.write(Buffer.concat([cmd('GET', 'tracked'), lockAttempt(key, 600), cmd('GET', 'tracked')]));
+      expect(await readSkippingPushes(client, 6, pushes)).toBe(bulk('new') + attemptReplies(2, 1) + bulk('new'));
       expect(pushes).toContain(invalidate(key));
+      expect(await adminPttl(key)).toBeLessThanOrEqual(60_000);
 
       // An invalidation caused by another client while the script is in flight.
       pushes.length = 0;
-      client.write(lockAttempt(key, 60));
+      client.write(lockAttempt(key, 600));
       await adminCall('DEL', 'tracked');
-      expect(await readSkippingPushes(client, 4, pushes)).toBe(attemptReplies(3, 0));
+      expect(await readSkippingPushes(client, 4, pushes)).toBe(attemptReplies(3, 1));
+      expect(await adminPttl(key)).toBeLessThanOrEqual(60_000);
       client.write(cmd('PING'));
       expect(await readSkippingPushes(client, 1, pushes)).toBe('+PONG\r\n');
       expect(pushes).toContain(invalidate('tracked'));
@@ -368,8 +383,10 @@ describe('blocking commands', () => {
     expect((await client.readReplies(6)).toString('latin1')).toBe(
       '*2\r\n$6\r\nqueue2\r\n$3\r\njob\r\n' + attemptReplies(1, 1) + '$1\r\n1\r\n',
     );
-    client.write(lockAttempt(key, 60));
-    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 0));
+    // Its expiry longer than the lease (60 s), so that a re-armed one would show.
+    client.write(lockAttempt(key, 600));
+    expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(2, 1));
+    expect(await adminPttl(key)).toBeLessThanOrEqual(60_000);
     await client.close();
   });
 
@@ -401,9 +418,11 @@ describe('CLIENT REPLY and errors', () => {
 
   it('after CLIENT REPLY the connection is a plain pipe: later lock blocks pass unchanged', async () => {
     const client = await RawClient.connect(env.proxy.port);
-    client.write(Buffer.concat([cmd('CLIENT', 'REPLY', 'ON'), lockAttempt('lock:piped', 60), lockAttempt('lock:piped', 60)]));
+    // The second expiry longer than the first, so that its re-armed lease shows.
+    client.write(Buffer.concat([cmd('CLIENT', 'REPLY', 'ON'), lockAttempt('lock:piped', 60), lockAttempt('lock:piped', 600)]));
     expect((await client.readReplies(9)).toString('latin1')).toBe('+OK\r\n' + attemptReplies(1, 1) + attemptReplies(2, 1));
     await client.close();
+    expect(await adminPttl('lock:piped')).toBeGreaterThan(60_000);
   });
 
   it('CLIENT SETINFO (an error on Redis 7.0, +OK from 7.2 on) passes through as the server answers it', async () => {
@@ -435,30 +454,40 @@ describe('CLIENT REPLY and errors', () => {
 // ---------------------------------------------------------------------------
 
 describe('transaction state', () => {
-  it('follows inline MULTI / EXEC / WATCH / DISCARD: blocks inside them pass unchanged, blocks after them are rewritten', async () => {
+  it('follows inline MULTI / EXEC / WATCH / DISCARD: the lock pairs in and after them fixed, those under WATCH not', async () => {
     const key = 'lock:inline';
-    const variants: Array<{ bytes: Buffer; replies: number; lastRewritten: boolean }> = [
-      // Inside an inline MULTI: the nested block is queued as sent.
-      { bytes: Buffer.concat([Buffer.from('MULTI\r\n'), lockAttempt(key, 60), Buffer.from('EXEC\r\n')]), replies: 6, lastRewritten: false },
-      // After an inline transaction.
+    // The key starts with a 100 s lease. The replies are Redis's own either way: what each
+    // variant leaves of the lease (`leaseS`) shows which expiries applied. A block that passes
+    // unchanged sets 30 s; a rewritten one (60 s) leaves what it finds. A lock pair inside a
+    // longer transaction is fixed on the transaction way only (the script way takes only the
+    // exact block).
+    const nx = facts.has('expire-nx');
+    const variants: Array<{ bytes: Buffer; replies: number; leaseS: number }> = [
+      // Inside an inline MULTI: the nested MULTI is refused, the pair queued in the outer transaction.
+      {
+        bytes: Buffer.concat([Buffer.from('MULTI\r\n'), lockAttempt(key, 30), Buffer.from('EXEC\r\n')]),
+        replies: 6,
+        leaseS: nx ? 100 : 30,
+      },
+      // In and after an inline transaction.
       {
         bytes: Buffer.concat([
           Buffer.from('multi\r\n'),
           cmd('INCRBY', key, '1'),
-          cmd('EXPIRE', key, '60'),
+          cmd('EXPIRE', key, '30'),
           Buffer.from('exec\r\n'),
           lockAttempt(key, 60),
         ]),
         replies: 8,
-        lastRewritten: true,
+        leaseS: nx ? 100 : 30,
       },
       // Under an inline WATCH the first block is left alone; its EXEC unwatches.
       {
-        bytes: Buffer.concat([Buffer.from('WATCH lock:inline\r\n'), lockAttempt(key, 60), lockAttempt(key, 60)]),
+        bytes: Buffer.concat([Buffer.from('WATCH lock:inline\r\n'), lockAttempt(key, 30), lockAttempt(key, 60)]),
         replies: 9,
-        lastRewritten: true,
+        leaseS: 30,
       },
-      { bytes: Buffer.concat([Buffer.from('MULTI\r\nDISCARD\r\n'), lockAttempt(key, 60)]), replies: 6, lastRewritten: true },
+      { bytes: Buffer.concat([Buffer.from('MULTI\r\nDISCARD\r\n'), lockAttempt(key, 60)]), replies: 6, leaseS: 100 },
     ];
     for (const [i, variant] of variants.entries()) {
       const run = async (port: number) => {
@@ -466,9 +495,10 @@ describe('transaction state', () => {
         return exchange(port, variant.bytes, variant.replies);
       };
       const direct = await run(env.redis.port);
-      if (variant.lastRewritten) expect(direct, `variant ${i}`).toMatch(/:1\r\n$/); // Redis re-arms the expiry
-      const expected = variant.lastRewritten ? direct.replace(/:1\r\n$/, ':0\r\n') : direct;
-      expect(await run(env.proxy.port), `variant ${i}`).toBe(expected);
+      expect(await run(env.proxy.port), `variant ${i}`).toBe(direct);
+      const pttl = await adminPttl(key);
+      expect(pttl, `variant ${i}`).toBeLessThanOrEqual(variant.leaseS * 1000);
+      expect(pttl, `variant ${i}`).toBeGreaterThan(variant.leaseS * 1000 - 5000);
     }
   });
 
@@ -629,9 +659,11 @@ describe('large values', () => {
     const want = createHash('sha256').update(value).digest('hex');
 
     const client = await RawClient.connect(env.proxy.port);
-    client.write(Buffer.concat([cmd('SET', 'big', value), lockAttempt('lock:big', 60), lockAttempt('lock:big', 60)]));
-    expect((await client.readReplies(9, 20_000)).toString('latin1')).toBe('+OK\r\n' + attemptReplies(1, 1) + attemptReplies(2, 0));
+    // The second expiry longer than the first, so that a re-armed lease would show.
+    client.write(Buffer.concat([cmd('SET', 'big', value), lockAttempt('lock:big', 60), lockAttempt('lock:big', 600)]));
+    expect((await client.readReplies(9, 20_000)).toString('latin1')).toBe('+OK\r\n' + attemptReplies(1, 1) + attemptReplies(2, 1));
     await client.close();
+    expect(await adminPttl('lock:big')).toBeLessThanOrEqual(60_000);
 
     const got = await getBulkHash(env.proxy.port, Buffer.concat([cmd('PING'), cmd('GET', 'big')]), '+PONG\r\n');
     expect(got.length).toBe(value.length);
@@ -726,12 +758,14 @@ describe('credentials and db in the upstream URL', () => {
     try {
       // Sent at once: these bytes wait for the proxy's AUTH/SELECT.
       const client = await RawClient.connect(front.port);
-      client.write(Buffer.concat([cmd('SET', 'a', '1'), cmd('GET', 'a'), lockAttempt('lock:db3', 60), lockAttempt('lock:db3', 60)]));
-      expect((await client.readReplies(10)).toString('latin1')).toBe('+OK\r\n$1\r\n1\r\n' + attemptReplies(1, 1) + attemptReplies(2, 0));
+      // The second expiry longer than the first, so that a re-armed lease would show.
+      client.write(Buffer.concat([cmd('SET', 'a', '1'), cmd('GET', 'a'), lockAttempt('lock:db3', 60), lockAttempt('lock:db3', 600)]));
+      expect((await client.readReplies(10)).toString('latin1')).toBe('+OK\r\n$1\r\n1\r\n' + attemptReplies(1, 1) + attemptReplies(2, 1));
       await client.close();
       expect(await securedCall('SELECT', '3')).toBe('+OK\r\n');
       expect(await securedCall('GET', 'a')).toBe('$1\r\n1\r\n');
       expect(await securedCall('EXISTS', 'lock:db3')).toBe(':1\r\n');
+      expect(Number(/^:(-?\d+)\r\n$/.exec(await securedCall('PTTL', 'lock:db3'))?.[1])).toBeLessThanOrEqual(60_000);
       expect(await securedCall('SELECT', '0')).toBe('+OK\r\n');
       expect(await securedCall('EXISTS', 'a')).toBe(':0\r\n');
       // A client's own AUTH and SELECT still work as usual.
@@ -816,9 +850,11 @@ describe('unix socket upstream', () => {
     try {
       const key = taskLockKey(77n);
       const client = await RawClient.connect(front.port);
-      client.write(Buffer.concat([cmd('PING'), lockAttempt(key, 3600), lockAttempt(key, 3600)]));
-      expect((await client.readReplies(9)).toString('latin1')).toBe('+PONG\r\n' + attemptReplies(1, 1) + attemptReplies(2, 0));
+      // The second expiry longer than the first, so that a re-armed lease would show.
+      client.write(Buffer.concat([cmd('PING'), lockAttempt(key, 3600), lockAttempt(key, 7200)]));
+      expect((await client.readReplies(9)).toString('latin1')).toBe('+PONG\r\n' + attemptReplies(1, 1) + attemptReplies(2, 1));
       await client.close();
+      expect(await adminPttl(key)).toBeLessThanOrEqual(3_600_000);
       expect(front.stats.blocksRewritten).toBe(2);
     } finally {
       await front.close();
@@ -848,11 +884,12 @@ describe('many connections', () => {
         const client = await RawClient.connect(env.proxy.port);
         try {
           const own = `lock:many:${i}`;
+          // The second expiry longer than the first, so that a re-armed lease would show.
           client.write(
-            Buffer.concat([cmd('SET', `data:${i}`, `value-${i}`), lockAttempt(own, 60), cmd('GET', `data:${i}`), lockAttempt(own, 60)]),
+            Buffer.concat([cmd('SET', `data:${i}`, `value-${i}`), lockAttempt(own, 60), cmd('GET', `data:${i}`), lockAttempt(own, 600)]),
           );
           const first = (await client.readReplies(10, 15_000)).toString('latin1');
-          expect(first).toBe('+OK\r\n' + attemptReplies(1, 1) + bulk(`value-${i}`) + attemptReplies(2, 0));
+          expect(first).toBe('+OK\r\n' + attemptReplies(1, 1) + bulk(`value-${i}`) + attemptReplies(2, 1));
           client.write(lockAttempt('lock:contended', 60));
           const contended = (await client.readReplies(4, 15_000)).toString('latin1');
           return Number(/\*2\r\n:(\d+)\r\n:([01])\r\n$/.exec(contended)?.[1]);
@@ -865,6 +902,7 @@ describe('many connections', () => {
     expect(await adminCall('GET', 'lock:contended')).toBe(bulk(String(count)));
     const ttl = Number(/:(-?\d+)/.exec(await adminCall('PTTL', 'lock:contended'))?.[1]);
     expect(ttl).toBeGreaterThan(50_000);
+    for (let i = 0; i < count; i++) expect(await adminPttl(`lock:many:${i}`), `lock:many:${i}`).toBeLessThanOrEqual(60_000);
     await expect.poll(() => env.proxy.stats.connectionsOpen, { timeout: 10_000 }).toBe(0);
   });
 });

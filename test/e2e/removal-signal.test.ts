@@ -19,6 +19,7 @@ import { VERSION } from '../support/cli.js';
 import { startTestProxy, type TestProxy } from '../support/proxy.js';
 import { sample } from '../support/metrics.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
+import { startedServerFacts } from '../support/server-facts.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt, taskLockKey } from '../support/stalwart.js';
 import { RELEASE_LINES, type ReleaseLine } from '../support/stalwart-releases.js';
@@ -128,7 +129,37 @@ describe('narrowed with --stalwart 0.15.3', () => {
           ),
         ];
       })
-      .toEqual([3, 2, 3, undefined, 3, 1]);
+      // Only the script way holds a block, and releases it when no rule names its key.
+      .toEqual([3, 2, 3, undefined, (await startedServerFacts()).has('expire-nx') ? undefined : 3, 1]);
+  });
+
+  it('counts every old-shape block however it arrives: split at every byte, typed one command at a time, or held past the deadline', async () => {
+    // 0.15's queue locks (0x15 + u64) are named by the loaded rules: fixed on the transaction way,
+    // and on the script way the typed and stalled ones go unchanged. Each is an old-shape attempt.
+    const key = Buffer.concat([Buffer.from([0x15]), Buffer.alloc(8, 0x42), Buffer.from('queue-42')]);
+    const client = await RawClient.connect(proxy.port);
+    let periods: Report[] = [];
+    try {
+      periods = await periodOf(proxy, async () => {
+        await client.writeSplit(lockAttempt(key, 600), 'bytewise', { delayMs: 1 });
+        expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(1, 1));
+        for (const frame of [cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '600'), cmd('EXEC')]) {
+          client.write(frame);
+          await client.readReplies(1);
+        }
+        client.write(Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1')]));
+        await new Promise((resolve) => setTimeout(resolve, 100)); // beyond the script way's --hold-ms
+        client.write(Buffer.concat([cmd('EXPIRE', key, '600'), cmd('EXEC')]));
+        expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(3, 1));
+      });
+    } finally {
+      await client.close();
+    }
+    expect(overall(periods)).toBe('old-shape-seen');
+    const rule = Object.keys(periods.find((r) => r.oldShape > 0)?.rules ?? {});
+    expect(rule).toHaveLength(1);
+    expect(periods.reduce((sum, r) => sum + (r.rules[rule[0]]?.oldShape ?? 0), 0)).toBe(3);
+    await env.admin.call('DEL', key);
   });
 
   it('says that a period without lock traffic showed nothing, not that no old-shape attempt came', async () => {

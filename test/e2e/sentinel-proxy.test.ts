@@ -36,8 +36,14 @@ it('the lock scan reads the master in the database the URL names', async () => {
   const key = taskLockKey(4343n);
   try {
     const client = await RawClient.connect(proxy.port);
-    client.write(Buffer.concat([lockAttempt(key, 60), lockAttempt(key, 60)]));
-    expect((await client.readReplies(8)).toString()).toBe(attemptReplies(1, 1) + attemptReplies(2, 0));
+    // The second expiry longer than the first, so that a re-armed lease would show.
+    client.write(Buffer.concat([lockAttempt(key, 60), lockAttempt(key, 600), cmd('PTTL', key)]));
+    const replies = (await client.readReplies(9)).toString();
+    const attempts = attemptReplies(1, 1) + attemptReplies(2, 1);
+    expect(replies.slice(0, attempts.length)).toBe(attempts);
+    const pttl = Number(/^:(-?\d+)\r\n$/.exec(replies.slice(attempts.length))?.[1]);
+    expect(pttl).toBeGreaterThan(0);
+    expect(pttl).toBeLessThanOrEqual(60_000); // not re-armed
     await client.close();
     expect(await query(s.master.port, ['EXISTS', key])).toBe(0); // not in database 0
     const scans = proxy.app.lockScan?.latest.scans ?? 0;
@@ -72,10 +78,12 @@ it('follows a failover: old connections closed, new ones reach the new master', 
     await before.readUntilClosed(2000);
 
     const after = await RawClient.connect(port);
-    after.write(Buffer.concat([lockAttempt(KEY, 60), cmd('ROLE')]));
-    const replies = (await after.readReplies(5)).toString();
-    expect(replies.slice(0, attemptReplies(2, 0).length)).toBe(attemptReplies(2, 0)); // the replicated lock, not re-armed
+    // Its expiry longer than the lease (60 s), so that a re-armed one would show.
+    after.write(Buffer.concat([lockAttempt(KEY, 600), cmd('ROLE'), cmd('PTTL', KEY)]));
+    const replies = (await after.readReplies(6)).toString();
+    expect(replies.slice(0, attemptReplies(2, 1).length)).toBe(attemptReplies(2, 1)); // the replicated lock
     expect(replies).toContain('$6\r\nmaster\r\n'); // talking to the promoted replica
+    expect(Number(/:(-?\d+)\r\n$/.exec(replies)?.[1])).toBeLessThanOrEqual(60_000); // not re-armed
     await after.close();
   } finally {
     cli.kill('SIGTERM');

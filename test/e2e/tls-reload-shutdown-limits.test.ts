@@ -72,8 +72,11 @@ describe('TLS', () => {
     const proxy = await startTestProxy({ upstream: `rediss://127.0.0.1:${port}`, upstreamTls });
     try {
       const client = await RawClient.connect(proxy.port);
-      client.write(Buffer.concat([lockAttempt('lock:tls', 60), lockAttempt('lock:tls', 60), cmd('DEL', 'lock:tls')]));
-      const replies = (await client.readReplies(9).catch(async () => client.readUntilClosed())).toString('latin1');
+      // The second expiry longer than the first, so that a re-armed lease would show in the PTTL.
+      client.write(
+        Buffer.concat([lockAttempt('lock:tls', 60), lockAttempt('lock:tls', 600), cmd('PTTL', 'lock:tls'), cmd('DEL', 'lock:tls')]),
+      );
+      const replies = (await client.readReplies(10).catch(async () => client.readUntilClosed())).toString('latin1');
       await client.close();
       return replies;
     } finally {
@@ -81,9 +84,17 @@ describe('TLS', () => {
     }
   }
 
+  /** Both attempts answered as Redis alone answers them, the second leaving the first's 60 s lease; then the key deleted. */
+  function expectFixed(replies: string): void {
+    const attempts = attemptReplies(1, 1) + attemptReplies(2, 1);
+    expect(replies.slice(0, attempts.length)).toBe(attempts);
+    const after = /^:(\d+)\r\n:1\r\n$/.exec(replies.slice(attempts.length));
+    expect(after, replies).not.toBeNull();
+    expect(Number(after?.[1])).toBeLessThanOrEqual(60_000);
+  }
+
   it('rewrites lock blocks over a rediss:// upstream verified with its CA', async () => {
-    const replies = await throughTlsUpstream(tlsPort, { ca: certs.read(certs.caCert), insecure: false });
-    expect(replies).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n');
+    expectFixed(await throughTlsUpstream(tlsPort, { ca: certs.read(certs.caCert), insecure: false }));
   });
 
   it('refuses an upstream whose certificate the CA did not sign, and says why', async () => {
@@ -93,17 +104,14 @@ describe('TLS', () => {
 
   it('verifies the name given with servername (SNI) instead of the URL host', async () => {
     const ca = certs.read(certs.caCert);
-    expect(await throughTlsUpstream(tlsPort, { ca, servername: 'localhost', insecure: false })).toBe(
-      attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n',
-    );
+    expectFixed(await throughTlsUpstream(tlsPort, { ca, servername: 'localhost', insecure: false }));
     expect(await throughTlsUpstream(tlsPort, { ca, servername: 'redis.example', insecure: false })).toMatch(
       /is unreachable: .*redis\.example/,
     );
   });
 
   it('connects anyway with the insecure option', async () => {
-    const replies = await throughTlsUpstream(tlsPort, { insecure: true });
-    expect(replies).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n');
+    expectFixed(await throughTlsUpstream(tlsPort, { insecure: true }));
   });
 
   it('presents a client certificate to a Redis that requires one', async () => {
@@ -113,7 +121,7 @@ describe('TLS', () => {
       key: certs.read(certs.clientKey),
       insecure: false,
     });
-    expect(withCert).toBe(attemptReplies(1, 1) + attemptReplies(2, 0) + ':1\r\n');
+    expectFixed(withCert);
     const without = await throughTlsUpstream(mtlsPort, { ca: certs.read(certs.caCert), insecure: false });
     expect(without).not.toContain('+QUEUED');
   });
@@ -208,12 +216,14 @@ describe('rule reload', () => {
       const client = await RawClient.connect(proxy.port);
       await adminCall('SET', 'lock:r', '1', 'EX', '5');
       client.write(lockAttempt('lock:r', 60));
-      expect((await client.readReplies(4)).toString()).toBe(attemptReplies(2, 0));
+      expect((await client.readReplies(4)).toString()).toBe(attemptReplies(2, 1)); // Redis's own answer: the lease stays
+      expect(await pttl('lock:r')).toBeLessThanOrEqual(5000);
 
       fs.writeFileSync(proxy.ruleFiles[0], TEST_RULES.replace('prefix: "lock:"', 'prefix: "lock:"\n    mode: observe'));
       expect(proxy.rules.reload('test')).toBe(true);
       client.write(lockAttempt('lock:r', 60));
-      expect((await client.readReplies(4)).toString()).toBe(attemptReplies(3, 1)); // observed: re-armed as without the proxy
+      expect((await client.readReplies(4)).toString()).toBe(attemptReplies(3, 1));
+      expect(await pttl('lock:r')).toBeGreaterThan(55_000); // observed: re-armed as without the proxy
 
       fs.writeFileSync(proxy.ruleFiles[0], 'rules:\n  - name: broken\n    prefx: "x"\n');
       expect(proxy.rules.reload('test')).toBe(false);

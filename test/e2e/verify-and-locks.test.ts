@@ -241,7 +241,7 @@ describe('verify', () => {
     const out = lines(result.stdout);
     expect(out.at(-1)).toMatch(/^verify: OK: 1 rule\(s\)/);
     expect(out).toContainEqual(expect.stringMatching(/^verify: rule test-lock: scratch key lock:rlp-verify[a-z0-9]{6}$/));
-    expect(out).toContainEqual(expect.stringMatching(/^verify: rule test-lock: attempt 2: counter 2, expiry applied 0, pttl \d+ ms$/));
+    expect(out).toContainEqual(expect.stringMatching(/^verify: rule test-lock: attempt 2: counter 2, expiry reply 1, pttl \d+ ms$/));
     expect(out).toContainEqual('verify: rule test-observe: observe (not verified)');
   });
 

@@ -1,0 +1,222 @@
+/**
+ * Lock blocks found as a transaction streams past, frame by frame, with nothing held: which
+ * expiry gets NX, which element of EXEC's reply to give back as Redis alone would have answered,
+ * and how each old-shape attempt is counted, however its frames arrived (in one write, split at
+ * any byte, typed one at a time, or released by a hold of the script way).
+ *
+ * A lock pair: in a transaction opened by MULTI with no WATCH active, `INCR k` or `INCRBY k <int>`
+ * queued, and the very next queued command `EXPIRE k <secs>` or `PEXPIRE k <ms>` (no option,
+ * a positive expiry) on the same key. Right after the increment the key exists, so Redis alone
+ * answers the expiry `:1`; with NX Redis answers `:0` exactly where it left an expiry in place,
+ * and that element becomes `:1` again (exec-reply.ts). Whatever else the transaction holds is
+ * Redis's own. The pair is fixed where the key's rule enforces; it is counted when its EXEC goes
+ * upstream (a DISCARD, a RESET or a closed connection ran nothing).
+ */
+import { describeKey, keyPrefixLabel } from '../key-text.js';
+import type { Logger } from '../log.js';
+import { Cmd } from '../resp/commands.js';
+import type { RequestScanner } from '../resp/request-scanner.js';
+import { effectiveMode, type Rule, type RuleMode, type RuleSet } from '../rules/types.js';
+import type { Stats } from '../stats.js';
+import { isRedisInteger, isRewritableExpiry } from './integers.js';
+
+/** What became of a lock pair's expiry. */
+export type PairOutcome =
+  /** Sent with NX (the transaction way). */
+  | 'nx'
+  /** Sent unchanged because its rule observes. */
+  | 'observe'
+  /** Sent unchanged although its rule enforces: the lock was re-armed. The reason says why. */
+  | { readonly unfixed: UnfixedReason };
+
+/**
+ * Why an enforced pair went unchanged: its frames came further apart than --hold-ms on the script
+ * way (`hold-timeout`), another command broke the held block's shape (`not-a-lock-block`), the
+ * server's version was not known when the expiry went (`version-unknown`), or the expiry's first
+ * bytes had gone upstream before it could be told apart (`split-frame`).
+ */
+export type UnfixedReason = 'hold-timeout' | 'not-a-lock-block' | 'version-unknown' | 'split-frame';
+
+export interface CountingSettings {
+  /** 'observe': every rule only observes. */
+  readonly mode: RuleMode;
+  /** Every shipped release line's lock keys (rules/census.ts). */
+  readonly census: RuleSet;
+  readonly stats: Stats;
+}
+
+/** An increment just queued, waiting to see whether an expiry of its key comes next. */
+interface Increment {
+  readonly key: Buffer;
+  /** The loaded rule that names the key, if any. */
+  readonly rule: Rule | undefined;
+  /** The increment was the transaction's first queued command. */
+  readonly first: boolean;
+}
+
+interface Pair {
+  readonly key: Buffer;
+  readonly rule: Rule | undefined;
+  /** The expiry's place among the queued commands: its element of EXEC's reply. */
+  readonly index: number;
+  readonly outcome: PairOutcome;
+  /** The transaction's first two queued commands, so far. */
+  readonly first: boolean;
+}
+
+export class StreamedBlocks {
+  /** Inside a transaction whose frames are followed (opened by MULTI with no WATCH active). */
+  active = false;
+  private increment: Increment | null = null;
+  private pairs: Pair[] = [];
+  /** Why the script way released this transaction's held block, if it did. */
+  releaseReason: UnfixedReason | null = null;
+  private readonly unfixedLogged = new Set<string>();
+
+  constructor(
+    private readonly settings: CountingSettings,
+    private readonly log: () => Logger,
+  ) {}
+
+  /** A MULTI opened a transaction with no WATCH active. */
+  begin(): void {
+    this.active = true;
+    this.increment = null;
+    this.pairs = [];
+    this.releaseReason = null;
+  }
+
+  /** The transaction ended without EXEC (DISCARD, RESET), or its frames are no longer followed. */
+  end(): void {
+    this.active = false;
+    this.increment = null;
+    this.pairs = [];
+  }
+
+  /** Frames were queued that are none of the pair's (counted without being looked at). */
+  others(): void {
+    this.increment = null;
+  }
+
+  /**
+   * The rule whose key an expiry may be fixed for, if the frame being read right now can still
+   * complete a pair under an enforcing rule: its bytes are then kept back until its head is read.
+   */
+  get expiryMayFollow(): boolean {
+    const rule = this.increment?.rule;
+    return rule !== undefined && effectiveMode(rule, this.settings.mode) === 'enforce';
+  }
+
+  /**
+   * Whether the queued frame whose head the scanner holds is the expiry that completes a pair
+   * whose rule enforces (to be fixed); changes nothing.
+   */
+  isEnforcedExpiry(scanner: RequestScanner): boolean {
+    return this.expiryMayFollow && completesPair(this.increment as Increment, scanner);
+  }
+
+  /**
+   * A frame queued in the transaction, as number `index` (0-based), `outcome` what became of it
+   * when it completes a pair under an enforcing rule ('nx', or why not).
+   */
+  queued(scanner: RequestScanner, index: number, rules: RuleSet, outcome: PairOutcome | null): void {
+    const increment = this.increment;
+    this.increment = null;
+    if (increment !== null && completesPair(increment, scanner)) {
+      const observes = increment.rule !== undefined && effectiveMode(increment.rule, this.settings.mode) === 'observe';
+      this.pairs.push({
+        key: increment.key,
+        rule: increment.rule,
+        index,
+        outcome:
+          increment.rule === undefined ? { unfixed: 'not-a-lock-block' } : observes ? 'observe' : (outcome ?? { unfixed: 'split-frame' }),
+        first: increment.first && index === 1,
+      });
+      return;
+    }
+    if (scanner.inline || scanner.oversize) return;
+    const isIncrement =
+      (scanner.cmd === Cmd.Incr && scanner.argc === 2) ||
+      (scanner.cmd === Cmd.Incrby && scanner.argc === 3 && isRedisInteger(scanner.value.subarray(0, scanner.valueLength)));
+    if (!isIncrement) return;
+    const key = Buffer.from(scanner.key.subarray(0, scanner.keyLength));
+    this.increment = { key, rule: rules.match(key), first: index === 0 };
+  }
+
+  /**
+   * A held block of the script way went upstream unchanged (lock/block-flow.ts): its first
+   * `frames` frames, MULTI first, `key` its increment's key once it got that far, the EXEC among
+   * them when `complete`. What streams after it is followed from there.
+   */
+  released(frames: number, complete: boolean, key: Buffer | null, rules: RuleSet, reason: UnfixedReason): void {
+    this.begin();
+    this.releaseReason = reason;
+    if (frames < 2 || key === null) return;
+    const rule = rules.match(key);
+    if (frames === 2) {
+      this.increment = { key, rule, first: true };
+      return;
+    }
+    const observes = rule !== undefined && effectiveMode(rule, this.settings.mode) === 'observe';
+    this.pairs.push({ key, rule, index: 1, outcome: observes ? 'observe' : { unfixed: reason }, first: true });
+    if (complete) this.executed(2);
+  }
+
+  /**
+   * The transaction's EXEC went upstream, after `queued` queued commands: its pairs are counted,
+   * and the indexes of EXEC's reply whose `:0` is Redis's NX answer are returned (none: the
+   * reply is Redis's own as it is).
+   */
+  executed(queued: number): number[] {
+    const pairs = this.pairs;
+    this.end();
+    let fixed: number[] | null = null;
+    for (const pair of pairs) {
+      this.count(pair, pair.first && queued === 2);
+      if (pair.outcome === 'nx') (fixed ??= []).push(pair.index);
+    }
+    return fixed ?? NONE;
+  }
+
+  /** One old-shape attempt went to Redis; `whole`: exactly MULTI, the pair, EXEC. */
+  private count(pair: Pair, whole: boolean): void {
+    const stats = this.settings.stats;
+    const rule = pair.rule;
+    if (rule === undefined) {
+      // A lock-shaped transaction no loaded rule names: counted by its key's prefix, so that lock
+      // kinds the rules miss show; an attempt when a shipped release line's rule names the key.
+      if (whole) stats.blockUncovered(keyPrefixLabel(pair.key));
+      const shipped = this.settings.census.match(pair.key);
+      if (shipped !== undefined) stats.attempt(shipped.name).oldShape++;
+      return;
+    }
+    stats.blockSeen(rule.name);
+    const outcome = pair.outcome;
+    if (outcome === 'nx') {
+      stats.blockRewritten(rule.name, 'transaction');
+    } else if (outcome === 'observe') {
+      stats.blockObserved(rule.name);
+      this.log().info({ rule: rule.name, key: describeKey(pair.key) }, 'observe: lock block would be rewritten');
+    } else {
+      stats.blockUnfixed(rule.name, outcome.unfixed);
+      if (!this.unfixedLogged.has(outcome.unfixed)) {
+        this.unfixedLogged.add(outcome.unfixed);
+        this.log().warn(
+          { rule: rule.name, key: describeKey(pair.key), reason: outcome.unfixed },
+          'lock block sent unchanged: its lock was re-armed (logged once per connection and reason)',
+        );
+      }
+    }
+  }
+}
+
+const NONE: number[] = [];
+
+/** Whether the frame whose head the scanner holds is an expiry of `increment`'s key that completes a pair. */
+function completesPair(increment: Increment, scanner: RequestScanner): boolean {
+  if (scanner.inline || scanner.oversize || scanner.argc !== 3) return false;
+  const milliseconds = scanner.cmd === Cmd.Pexpire;
+  if (scanner.cmd !== Cmd.Expire && !milliseconds) return false;
+  if (!increment.key.equals(scanner.key.subarray(0, scanner.keyLength))) return false;
+  return isRewritableExpiry(scanner.value.subarray(0, scanner.valueLength), milliseconds);
+}
