@@ -1,15 +1,17 @@
 /**
- * One connection of the integrity stress: it writes its workload's batches in random splits
- * (whole, in pieces, down to one byte a write), checks every byte it receives against what the
- * batch must bring (expected.ts), and, if it is a slow reader, stops reading now and then. A
- * subscriber connection only reads: the messages its paired client publishes.
+ * One connection of the integrity stress: it writes its workload's batches, pipelines in random
+ * splits (whole, in pieces, down to one byte a write), the pieces of a split lock block each as
+ * it is after its pause, the commands of an interactive lock block each once the replies before
+ * it came; checks every byte it receives against what the batch must bring (expected.ts); and,
+ * if it is a slow reader, stops reading now and then. A subscriber connection only reads: the
+ * messages its paired client publishes.
  */
 import net from 'node:net';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import type { Rng } from '../bench/random.js';
 import { cmd } from '../support/resp.js';
 import { ExpectedStream, type Mismatch } from './expected.js';
-import type { ClientWorkload } from './workload.js';
+import type { ClientWorkload, Write } from './workload.js';
 
 export interface Endpoint {
   readonly host: string;
@@ -91,6 +93,18 @@ class CheckedConnection {
     }
   }
 
+  /** Writes `bytes` in one write, after `pauseMs` (0: the next turn; null: at once). */
+  protected async writeWhole(bytes: Buffer, pauseMs: number | null = null): Promise<void> {
+    if (pauseMs !== null) await (pauseMs > 0 ? sleep(pauseMs) : nextTurn());
+    if (this.failure !== null || this.ended !== '') return;
+    if (!this.writer.write(bytes)) await new Promise((resolve) => this.writer.once('drain', resolve));
+  }
+
+  /** Whether the check failed or the connection ended. */
+  protected get stopped(): boolean {
+    return this.failure !== null || this.ended !== '';
+  }
+
   /** Resolves once nothing more is expected, the check failed, or the connection stalled or ended. */
   protected async received(): Promise<void> {
     this.lastProgress = Date.now();
@@ -150,10 +164,26 @@ export class StressClient extends CheckedConnection {
   async run(deadline: number): Promise<void> {
     while (Date.now() < deadline && this.failure === null) {
       const batch = this.workload.nextBatch();
-      this.stream.expect(...batch.segments);
-      await this.writeSplit(batch.bytes);
+      for (const write of batch.writes) {
+        if (this.stopped) break;
+        await this.write(write);
+      }
       await this.received();
       this.batches++;
+    }
+  }
+
+  /** One write of a batch, its replies expected first (they may come before its last byte is out). */
+  private async write(write: Write): Promise<void> {
+    this.stream.expect(...write.segments);
+    switch (write.kind) {
+      case 'pipeline':
+        return this.writeSplit(write.bytes);
+      case 'piece':
+        return this.writeWhole(write.bytes, write.pauseMs);
+      case 'step':
+        await this.writeWhole(write.bytes);
+        return this.received();
     }
   }
 }

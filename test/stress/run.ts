@@ -2,8 +2,9 @@
  * The integrity stress: many connections at once, each with keys of its own and an exact model
  * of every reply (workload.ts), checked byte for byte as they arrive (expected.ts); heavy-tailed
  * values up to several MiB made of records that name their owner (pattern.ts); pipelines in
- * random splits; slow readers; transactions; Stalwart lock blocks; pub/sub pairs. Whatever goes
- * wrong is reported with the seed that repeats the run.
+ * random splits; slow readers; transactions; Stalwart lock blocks, pipelined, cut into pieces
+ * written with pauses, and sent one command at a time; pub/sub pairs. Whatever goes wrong is
+ * reported with the seed that repeats the run.
  */
 import { Rng } from '../bench/random.js';
 import { StressClient, Subscriber, type Endpoint } from './client.js';
@@ -19,7 +20,10 @@ export interface StressOptions {
   /** Share of connections (clients and subscribers) that read slowly. */
   readonly slowShare: number;
   readonly maxValueBytes: number;
-  /** Lock blocks are fixed on the way (through the proxy in enforce mode). */
+  /**
+   * Lock blocks are fixed on the way (through the proxy in enforce mode). The model does not
+   * depend on it: a lock block's replies are Redis's own either way (workload.ts).
+   */
   readonly lockFixed: boolean;
   /** Where the connection for `tag` (a client's hash tag) goes: the node that owns the tag's slot, in a cluster. */
   readonly endpointFor: (tag: string) => Endpoint;
@@ -60,7 +64,6 @@ export async function runStress(options: StressOptions): Promise<StressReport> {
     const subscriber = subscribers[c] ?? null;
     const workload = new ClientWorkload(c, rng, {
       maxValueBytes: options.maxValueBytes,
-      lockFixed: options.lockFixed,
       subscriber: subscriber === null ? null : { channel: subscriber.channel, stream: subscriber.stream },
     });
     clients.push(

@@ -4,29 +4,47 @@
  * values of heavy-tailed sizes made of pattern records (pattern.ts), counters, transactions,
  * Stalwart lock blocks on a task key of its own, blocks of the same shape on counters no rule
  * names (held to their EXEC, then sent unchanged), and messages to the subscriber paired with it.
- * Each batch is a pipeline of commands and the segments its replies must be, byte for byte.
+ *
+ * A lock block arrives three ways: whole, within a pipeline (`lock`); cut at random bytes (inside
+ * a count line, a command name, the key, the ttl, ...) into pieces written with pauses of up to
+ * 20 ms between them, no reply awaited (`lock-split`, lock-pieces.ts); and one command at a time,
+ * each written only once its reply came, as redis-cli or a synchronous client sends it
+ * (`lock-interactive`). Each way, the four replies are Redis's own.
+ *
+ * Each batch is a run of writes (a pipeline of commands, a piece of a split block, a step of an
+ * interactive one) and the segments their replies must be, byte for byte.
  */
 import type { Rng } from '../bench/random.js';
 import { slotOf } from '../support/cluster.js';
 import { cmd } from '../support/resp.js';
 import { lockAttempt, taskLockKey } from '../support/stalwart.js';
 import type { ExpectedStream, Segment } from './expected.js';
+import { cutBlock } from './lock-pieces.js';
 import type { ValueId } from './pattern.js';
 import { valueBytes } from './pattern.js';
 
 export interface WorkloadOptions {
   /** Largest value, in bytes. */
   readonly maxValueBytes: number;
-  /** Lock blocks are fixed (through the proxy, enforce): a contender's EXPIRE answers 0. */
-  readonly lockFixed: boolean;
   /** The subscriber paired with this client, and its channel: PUBLISH goes there. */
   readonly subscriber: { readonly channel: string; readonly stream: ExpectedStream } | null;
 }
 
+/**
+ * One write of a batch, and the segments its bytes bring (expected before it is written: a reply
+ * may come before the last byte is out, as Redis answers MULTI as soon as it has it).
+ */
+export type Write =
+  /** Pipelined commands, written in the client's random split; their replies are awaited at the batch's end. */
+  | { readonly kind: 'pipeline'; readonly bytes: Buffer; readonly segments: Segment[] }
+  /** A piece of a split lock block, written as it is: `pauseMs` after the write before it (0: the next turn; null: at once). */
+  | { readonly kind: 'piece'; readonly bytes: Buffer; readonly segments: Segment[]; readonly pauseMs: number | null }
+  /** A command of an interactive lock block: written whole, then every reply expected so far awaited. */
+  | { readonly kind: 'step'; readonly bytes: Buffer; readonly segments: Segment[] };
+
 export interface Batch {
-  readonly bytes: Buffer;
+  readonly writes: Write[];
   readonly commands: number;
-  readonly segments: Segment[];
 }
 
 /** Keys of values and of counters per client. */
@@ -36,7 +54,21 @@ const LOCK_SECONDS = 3600;
 /** A windowed counter's expiry, set again by every block: long enough never to run out during a run. */
 const WINDOW_SECONDS = 86_400;
 
-type Op = 'set' | 'get' | 'getrange' | 'incrby' | 'del' | 'ping' | 'multi' | 'lock' | 'release' | 'window' | 'publish';
+type Op =
+  | 'set'
+  | 'get'
+  | 'getrange'
+  | 'incrby'
+  | 'del'
+  | 'ping'
+  | 'multi'
+  | 'lock'
+  | 'lock-split'
+  | 'lock-interactive'
+  | 'release'
+  | 'window'
+  | 'publish';
+type PipelinedOp = Exclude<Op, 'lock-split' | 'lock-interactive'>;
 const OPS: ReadonlyArray<readonly [number, Op]> = [
   [22, 'set'],
   [28, 'get'],
@@ -46,10 +78,22 @@ const OPS: ReadonlyArray<readonly [number, Op]> = [
   [4, 'ping'],
   [8, 'multi'],
   [10, 'lock'],
+  // A split block takes its pauses (about 20 ms in all), an interactive one four round trips.
+  [2, 'lock-split'],
+  [3, 'lock-interactive'],
   [2, 'release'],
   [4, 'window'],
   [8, 'publish'],
 ];
+
+/** The pause before each piece of a split lock block after the first, in ms (0: the next turn). */
+function piecePause(rng: Rng): number {
+  return rng.weighted<number>([
+    [20, 0],
+    [50, rng.int(1, 10)],
+    [30, rng.int(11, 20)],
+  ]);
+}
 
 /** The client's hash tag: its keys, its lock key and its channel share the tag's slot. */
 export function clientTag(client: number): string {
@@ -90,7 +134,10 @@ export class ClientWorkload {
     for (let key = 0; key < KEYS; key++) this.values.push({ client, key, version: 0, length: 0 });
   }
 
-  /** A pipeline of 1 to about 100 commands (most are short). */
+  /**
+   * 1 to about 100 commands (most batches are short): pipelined, except that a split or an
+   * interactive lock block ends the pipeline before it, and what follows it starts another.
+   */
   nextBatch(): Batch {
     const rng = this.rng;
     const count = rng.weighted<number>([
@@ -99,18 +146,28 @@ export class ClientWorkload {
       [20, rng.int(9, 32)],
       [10, rng.int(33, 100)],
     ]);
-    const frames: Buffer[] = [];
-    const segments: Segment[] = [];
+    const writes: Write[] = [];
+    let frames: Buffer[] = [];
+    let segments: Segment[] = [];
+    const endPipeline = (): void => {
+      if (frames.length > 0) writes.push({ kind: 'pipeline', bytes: Buffer.concat(frames), segments });
+      frames = [];
+      segments = [];
+    };
     for (let i = 0; i < count; i++) {
       let op = rng.weighted(OPS);
       if (op === 'publish' && this.options.subscriber === null) op = 'get';
       this.sent.set(op, (this.sent.get(op) ?? 0) + 1);
-      this.add(op, frames, segments);
+      if (op === 'lock-split' || op === 'lock-interactive') {
+        endPipeline();
+        writes.push(...(op === 'lock-split' ? this.splitLock() : this.interactiveLock()));
+      } else this.add(op, frames, segments);
     }
-    return { bytes: Buffer.concat(frames), commands: count, segments };
+    endPipeline();
+    return { writes, commands: count };
   }
 
-  private add(op: Op, frames: Buffer[], segments: Segment[]): void {
+  private add(op: PipelinedOp, frames: Buffer[], segments: Segment[]): void {
     const rng = this.rng;
     const k = rng.int(0, KEYS - 1);
     switch (op) {
@@ -153,11 +210,9 @@ export class ClientWorkload {
       case 'multi':
         return this.transaction(frames, segments);
       case 'lock': {
-        this.lockCounter++;
-        const applied = !this.options.lockFixed || this.lockCounter === 1 ? 1 : 0;
-        frames.push(lockAttempt(this.lockKey, LOCK_SECONDS));
-        const what = `lock block #${this.lockCounter} on ${this.lockKey.toString('hex')}`;
-        segments.push(...line(`+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:${this.lockCounter}\r\n:${applied}\r\n`, what));
+        const attempt = this.lockAttempt('lock block');
+        frames.push(attempt.bytes);
+        segments.push(...line(attempt.replies.join(''), attempt.what));
         return;
       }
       case 'release':
@@ -178,6 +233,44 @@ export class ClientWorkload {
       case 'publish':
         return this.publish(frames, segments);
     }
+  }
+
+  /**
+   * The next attempt on the client's lock key: its bytes, and its four replies. They are Redis's
+   * own, whichever way the block arrives and whether or not the proxy fixed it: the increment's
+   * counter (the key's attempts since it was last deleted), and `:1` from the expiry, which Redis
+   * alone applies to the key the increment just made sure exists. (Through the proxy, NX leaves a
+   * held lock's expiry alone, and EXEC's reply is given back as Redis alone gives it.)
+   */
+  private lockAttempt(form: string): { bytes: Buffer; replies: string[]; what: string } {
+    this.lockCounter++;
+    return {
+      bytes: lockAttempt(this.lockKey, LOCK_SECONDS),
+      replies: ['+OK\r\n', '+QUEUED\r\n', '+QUEUED\r\n', `*2\r\n:${this.lockCounter}\r\n:1\r\n`],
+      what: `${form} #${this.lockCounter} on ${this.lockKey.toString('hex')}`,
+    };
+  }
+
+  /**
+   * A lock block cut at random bytes (lock-pieces.ts) into pieces written with pauses of up to
+   * 20 ms between them, no reply awaited: every reply is expected before the first piece goes.
+   */
+  private splitLock(): Write[] {
+    const attempt = this.lockAttempt('split lock block');
+    const { pieces, places } = cutBlock(attempt.bytes, this.rng);
+    const what = `${attempt.what}, cut ${places.join(', ')}`;
+    const segments = STEPS.flatMap((step, i) => line(attempt.replies[i], `${step} of ${what}`));
+    return pieces.map((bytes, i) =>
+      i === 0 ? { kind: 'piece', bytes, segments, pauseMs: null } : { kind: 'piece', bytes, segments: [], pauseMs: piecePause(this.rng) },
+    );
+  }
+
+  /** A lock block sent one command at a time, each once the reply to the one before came. */
+  private interactiveLock(): Write[] {
+    const attempt = this.lockAttempt('interactive lock block');
+    const frames = [cmd('MULTI'), cmd('INCRBY', this.lockKey, '1'), cmd('EXPIRE', this.lockKey, String(LOCK_SECONDS)), cmd('EXEC')];
+    if (!Buffer.concat(frames).equals(attempt.bytes)) throw new Error('the interactive block differs from the lock block');
+    return frames.map((bytes, i) => ({ kind: 'step', bytes, segments: line(attempt.replies[i], `${STEPS[i]} of ${attempt.what}`) }));
   }
 
   /** MULTI, 1 to 4 commands, EXEC: each queued, then EXEC's array of their replies. */
@@ -265,6 +358,9 @@ export class ClientWorkload {
     return `s:${this.tag}:n${k}`;
   }
 }
+
+/** The commands of a lock block, in order. */
+const STEPS = ['MULTI', 'INCRBY', 'EXPIRE', 'EXEC'] as const;
 
 /** A whole reply of fixed bytes. */
 function line(text: string, what: string): Segment[] {
