@@ -49,6 +49,28 @@ function feed(stream: ReplyStream, text: string, cuts: number[] = []): void {
 }
 
 describe('ReplyStream', () => {
+  it('a client’s reply taken aside (EXEC’s array): an error in its place is passed on as any reply, a redirect rewritten', () => {
+    for (const cuts of [[], [1], [3, 9], [20]]) {
+      const port = new FakePort();
+      const stream = new ReplyStream(
+        port,
+        redirectWatch((line) => (line.toString('latin1').startsWith('-MOVED') ? Buffer.from('-MOVED 1 proxy:7001\r\n') : null)),
+        OWN_REPLY_TIMEOUT_MS,
+      );
+      const own: string[] = [];
+      stream.expect(1);
+      stream.capture((reply) => own.push(reply.toString('latin1')), true);
+      stream.expect(1);
+      stream.capture((reply) => own.push(reply.toString('latin1')), true);
+      feed(stream, '+OK\r\n-MOVED 1 10.0.0.9:6379\r\n+PONG\r\n*2\r\n:1\r\n:0\r\n', cuts);
+      expect([own, port.client, stream.pending], String(cuts)).toEqual([
+        ['*2\r\n:1\r\n:0\r\n'],
+        '+OK\r\n-MOVED 1 proxy:7001\r\n+PONG\r\n',
+        false,
+      ]);
+    }
+  });
+
   it('takes the proxy’s own reply aside after the replies expected before it, and counts those after it', () => {
     const port = new FakePort();
     const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);

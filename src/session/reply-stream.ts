@@ -59,7 +59,14 @@ type Mark =
    * --own-reply-timeout-ms), or a client's reply the proxy must change (EXEC's, after a lock
    * pair was fixed; not bounded: Redis answers its client's command in its own time).
    */
-  | { readonly kind: 'capture'; readonly handle: (reply: Buffer) => void; readonly timed: boolean; after: number }
+  | {
+      readonly kind: 'capture';
+      readonly handle: (reply: Buffer) => void;
+      readonly timed: boolean;
+      /** A simple error in its place is passed on as a counted reply, not captured. */
+      readonly errorsPass: boolean;
+      after: number;
+    }
   /**
    * The refusal of the marker command sent right after a client's RESET in a plain pipe:
    * replies pass uncounted until it, it is dropped, and `found` is told.
@@ -133,10 +140,12 @@ export class ReplyStream {
 
   /**
    * The reply to the command just sent is taken aside: it goes to `handle`, not to the client.
-   * `timed`: it is a command of the proxy's own, whose reply has a bound.
+   * By default it is a command of the proxy's own, whose reply has a bound. `clients`: it is the
+   * client's own command, whose reply the proxy changes (EXEC's array): no bound (Redis answers
+   * its client in its own time), and an error in its place is Redis's own, passed on as any reply.
    */
-  capture(handle: (reply: Buffer) => void, timed = true): void {
-    this.marks.push({ kind: 'capture', handle, timed, after: 0 });
+  capture(handle: (reply: Buffer) => void, clients = false): void {
+    this.marks.push({ kind: 'capture', handle, timed: !clients, errorsPass: clients, after: 0 });
     this.passing = false;
     this.clockOwnReply();
   }
@@ -212,6 +221,20 @@ export class ReplyStream {
         continue;
       }
       // The next frame is the mark's: a reply of the proxy's own (pushes excepted).
+      const head = this.marks[0];
+      if (
+        head.kind === 'capture' &&
+        head.errorsPass &&
+        scanner.atFrameBoundary &&
+        this.captureParts.length === 0 &&
+        chunk[pos] === 0x2d /* - */
+      ) {
+        // An error where the mark wanted an array (EXEC refused as a whole): Redis's own, passed on
+        // as any counted reply, so that a -MOVED/-ASK is rewritten like any other.
+        this.passMark();
+        this.outstanding++;
+        continue;
+      }
       const frameBegin = scanner.atFrameBoundary ? pos : from;
       pos = scanner.scan(chunk, pos, 1, true);
       if (scanner.error !== '') return this.desync(chunk, from, scanner.error);

@@ -509,13 +509,14 @@ export class RequestFlow implements LockBlockPort {
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
     if (fixed !== null && fixed.length > 0) {
-      // EXEC's reply gives each expiry sent with NX back as Redis alone answers it. It is the
-      // client's own command, Redis's to answer in its own time: no bound of the proxy's.
+      // EXEC's array gives each expiry sent with NX back as Redis alone answers it. It is the
+      // client's own command: Redis answers it in its own time, and an error in its place (EXEC
+      // refused as a whole) passes on as any reply.
       const indexes = fixed;
       this.replies.capture((reply) => {
         const restored = restoreExpiryReplies(reply, indexes);
         this.port.writeClient(rewrite === undefined ? restored : rewrite(restored));
-      }, false);
+      }, true);
     } else if (rewrite === undefined) this.replies.expect(1);
     else this.replies.capture((reply) => this.port.writeClient(rewrite(reply)));
   }
