@@ -21,6 +21,7 @@
  * Runs as its own process (worker.ts): `runLatency()` spawns this file.
  */
 import { Buffer } from 'node:buffer';
+import type { Socket } from 'node:net';
 import process from 'node:process';
 import { connect, type Target, type TargetName } from './processes.js';
 import { mulberry32 } from './random.js';
@@ -54,10 +55,11 @@ export function runLatency(options: LatencyOptions): Promise<LatencyResults> {
 
 const KEY = 'bench:latency';
 const SET = Buffer.from(`*3\r\n$3\r\nSET\r\n$${KEY.length}\r\n${KEY}\r\n$32\r\n${'x'.repeat(32)}\r\n`);
-const REQUESTS = [Buffer.from('*1\r\n$4\r\nPING\r\n'), Buffer.from(`*2\r\n$3\r\nGET\r\n$${KEY.length}\r\n${KEY}\r\n`)];
+export const PING = Buffer.from('*1\r\n$4\r\nPING\r\n');
+const REQUESTS = [PING, Buffer.from(`*2\r\n$3\r\nGET\r\n$${KEY.length}\r\n${KEY}\r\n`)];
 
 /** Fisher-Yates, in place. */
-function shuffle(order: Int32Array, random: () => number): void {
+export function shuffle(order: Int32Array, random: () => number): void {
   for (let i = order.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
     const t = order[i];
@@ -72,7 +74,15 @@ export function percentile(sorted: Float64Array, p: number): number {
   return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1];
 }
 
-function summarize(samples: Float64Array): LatencyResult {
+/** Ends a measurement: destroys its sockets; an error if any reply was one. */
+export function closeAll(sockets: readonly Socket[], counters: readonly ReplyCounter[]): Error | null {
+  for (const socket of sockets) socket.destroy();
+  const errors = counters.reduce((sum, c) => sum + c.errors, 0);
+  return errors > 0 ? new Error(`${errors} error replies`) : null;
+}
+
+/** Sorts `samples` in place. */
+export function summarize(samples: Float64Array): LatencyResult {
   samples.sort();
   let sum = 0;
   for (const s of samples) sum += s;
@@ -109,9 +119,8 @@ async function measure(options: LatencyOptions): Promise<LatencyResults> {
       sockets[current].write(step < 0 ? SET : REQUESTS[step & 1]);
     };
     const finish = (): void => {
-      for (const socket of sockets) socket.destroy();
-      const errors = counters.reduce((sum, c) => sum + c.errors, 0);
-      if (errors > 0) return reject(new Error(`${errors} error replies`));
+      const failed = closeAll(sockets, counters);
+      if (failed) return reject(failed);
       const results: LatencyResults = {};
       targets.forEach((t, i) => (results[t.name] = summarize(samples[i])));
       resolve(results);

@@ -68,8 +68,8 @@ export function runLockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
   return runWorker<LockLoadResult>(import.meta.url, options, options.warmupMs + options.durationMs + 30_000);
 }
 
-/** Stalwart's task lock key: KV_LOCK_TASK (0x17) then the id as u64 big-endian. */
-function taskLockKey(id: bigint): Buffer {
+/** Stalwart's task lock key: KV_LOCK_TASK (0x17) then the id as u64 big-endian (the shipped rule stalwart-task-lock). */
+export function taskLockKey(id: bigint): Buffer {
   const key = Buffer.alloc(9);
   key[0] = 0x17;
   key.writeBigUInt64BE(id, 1);

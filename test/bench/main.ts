@@ -29,6 +29,7 @@ import { parseArgs } from 'node:util';
 import { bypassing, startCluster, startClusterProxy, withRouting, type BenchCluster, type ClusterProxy, type Shard } from './cluster.js';
 import { withCpu } from './cpu.js';
 import { BENCH_FLAGS } from './flags.js';
+import { runInteractive, STEPS } from './interactive.js';
 import { runLatency } from './latency.js';
 import { runLockLoad, type LockLoadResult } from './lock-load.js';
 import { readProcMemory } from './memory.js';
@@ -37,6 +38,7 @@ import {
   cliOf,
   findExecutable,
   haproxyMaxconn,
+  INTERACTIVE_TARGET_NAMES,
   killAllNow,
   openFilesLimit,
   ownBuild,
@@ -93,6 +95,9 @@ interface Profile {
   lockMs: number;
   latencyWarmup: number;
   latencyRoundTrips: number;
+  /** Per key and target, untimed then timed; small, as a hop that holds MULTI makes each take its --hold-ms. */
+  interactiveWarmup: number;
+  interactiveTransactions: number;
   memory: MemoryProfile;
 }
 
@@ -108,6 +113,8 @@ const FULL: Profile = {
   lockMs: 5_000,
   latencyWarmup: 2_000,
   latencyRoundTrips: 20_000,
+  interactiveWarmup: 200,
+  interactiveTransactions: 2_000,
   memory: MEMORY_FULL,
 };
 
@@ -121,6 +128,8 @@ const QUICK: Profile = {
   lockMs: 1_000,
   latencyWarmup: 500,
   latencyRoundTrips: 5_000,
+  interactiveWarmup: 50,
+  interactiveTransactions: 300,
   memory: MEMORY_QUICK,
 };
 
@@ -465,6 +474,20 @@ async function runRounds(tools: Tools, setup: Setup, profile: Profile, results: 
       record(results.latency, target.name, r);
       log(`${tag} latency ${target.name}: p50 ${r.p50.toFixed(1)} µs, p99 ${r.p99.toFixed(1)} µs, p99.9 ${r.p999.toFixed(1)} µs`);
     }
+    // Likewise, on the targets that carry MULTI (see interactive.ts).
+    const interactiveTargets = setup.lockTargets.filter((t) => INTERACTIVE_TARGET_NAMES.includes(t.name));
+    const interactive = await runInteractive({
+      targets: interactiveTargets,
+      warmup: profile.interactiveWarmup,
+      transactions: profile.interactiveTransactions,
+    });
+    for (const target of interactiveTargets) {
+      const r = interactive[target.name];
+      if (r === undefined) throw new Error(`no interactive transaction figures for ${target.name}`);
+      record(results.interactive, target.name, r);
+      const steps = STEPS.map((step) => `${step} ${r.lock[step].p50.toFixed(1)}/${r.plain[step].p50.toFixed(1)}`).join(', ');
+      log(`${tag} interactive ${target.name}: p50 µs PING ${r.ping.p50.toFixed(1)}, lock/plain key ${steps}`);
+    }
     for (const managed of setup.running) managed.assertAlive();
   }
 }
@@ -595,6 +618,7 @@ async function main(): Promise<void> {
         clients: CLIENTS,
         lockConnections: CLIENTS,
         latencyRoundTrips: profile.latencyRoundTrips,
+        interactiveTransactions: profile.interactiveTransactions,
         memory: profile.memory,
         clusterRequests,
         absent: setup.absent,

@@ -6,11 +6,12 @@
  */
 import { bypassing, MASTERS, NODES, type Routing } from './cluster.js';
 import type { CpuPerRequest } from './cpu.js';
+import { KEY_KINDS, STEPS, type InteractiveResult, type KeyKind, type Step } from './interactive.js';
 import type { LatencyResult } from './latency.js';
 import type { LockLoadResult } from './lock-load.js';
 import type { MemoryProfile } from './memory-tests.js';
 import { emptyMemory, memoryTargets, renderMemory, type MemoryResults } from './memory-report.js';
-import { LOCK_TARGET_NAMES, TARGET_NAMES, type TargetName } from './processes.js';
+import { INTERACTIVE_TARGET_NAMES, LOCK_TARGET_NAMES, TARGET_NAMES, type TargetName } from './processes.js';
 import { TESTS, type BenchmarkResult, type TestName } from './redis-benchmark.js';
 import { table } from './table.js';
 
@@ -42,6 +43,8 @@ export interface Results extends LoadResults {
   /** CPU per request of each hop's process during the pass-through runs (cpu.ts). */
   cpu: Record<Pipeline, PerTarget<CpuPerRequest[]>>;
   latency: PerTarget<LatencyResult[]>;
+  /** The lock block sent a command at a time (interactive.ts). */
+  interactive: PerTarget<InteractiveResult[]>;
   memory: MemoryResults;
   cluster: ClusterResults;
 }
@@ -53,6 +56,7 @@ export function emptyResults(): Results {
     ...emptyLoads(),
     cpu: { p1: {}, p16: {} },
     latency: {},
+    interactive: {},
     memory: emptyMemory(),
     cluster: { ...emptyLoads(), routing: {}, missing: null },
   };
@@ -64,6 +68,9 @@ export interface LatencyMedian {
   p99: number;
   p999: number;
 }
+
+export type Percentiles = Pick<LatencyMedian, 'p50' | 'p99'>;
+export type InteractiveMedian = { ping: Percentiles } & Record<KeyKind, Record<Step, Percentiles>>;
 
 export interface LoadMedians {
   passThrough: Record<Pipeline, PerTarget<BenchmarkMedian>>;
@@ -80,6 +87,7 @@ export interface CpuMedian {
 export interface Medians extends LoadMedians {
   cpu: Record<Pipeline, PerTarget<CpuMedian>>;
   latency: PerTarget<LatencyMedian>;
+  interactive: PerTarget<InteractiveMedian>;
   cluster: LoadMedians;
 }
 
@@ -127,6 +135,14 @@ export function computeMedians(results: Results): Medians {
     system: median(runs.map((r) => r.system)),
     total: median(runs.map((r) => r.user + r.system)),
   });
+  const interactive = (runs: InteractiveResult[]): InteractiveMedian => {
+    const of = (pick: (r: InteractiveResult) => LatencyResult): Percentiles => ({
+      p50: median(runs.map((r) => pick(r).p50)),
+      p99: median(runs.map((r) => pick(r).p99)),
+    });
+    const steps = (kind: KeyKind) => Object.fromEntries(STEPS.map((step) => [step, of((r) => r[kind][step])])) as Record<Step, Percentiles>;
+    return { ping: of((r) => r.ping), lock: steps('lock'), plain: steps('plain') };
+  };
   return {
     ...loadMedians(results),
     cpu: { p1: mapTargets(results.cpu.p1, cpu), p16: mapTargets(results.cpu.p16, cpu) },
@@ -135,6 +151,7 @@ export function computeMedians(results: Results): Medians {
       p99: median(runs.map((r) => r.p99)),
       p999: median(runs.map((r) => r.p999)),
     })),
+    interactive: mapTargets(results.interactive, interactive),
     cluster: loadMedians(results.cluster),
   };
 }
@@ -198,13 +215,42 @@ function memoryCheck<T>(
  */
 export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<string>, memory: MemoryProfile): Verdict[] {
   const pt = m.passThrough;
-  const noPeer = (peer: 'haproxy' | 'nutcracker'): string => absent[peer] ?? `no ${peer} figure`;
+  const geo = '(geomean GET/SET/INCR)';
+  const noPeer = (peer: 'haproxy' | 'nutcracker' | 'relay'): string => absent[peer] ?? `no ${peer} figure`;
   const addedLatency = (p: keyof LatencyMedian): number | undefined =>
     m.latency.proxy && m.latency.direct ? m.latency.proxy[p] - m.latency.direct[p] : undefined;
   const proxyOver = (pipeline: Pipeline, peer: TargetName): number | undefined =>
     ratioOf(pt[pipeline].proxy?.geomean, pt[pipeline][peer]?.geomean);
   const cpuOver = (pipeline: Pipeline, peer: TargetName, part: keyof CpuMedian): number | undefined =>
     ratioOf(m.cpu[pipeline].proxy?.[part], m.cpu[pipeline][peer]?.[part]);
+  const latencyOverHaproxy = (p: keyof LatencyMedian): number | undefined => ratioOf(m.latency.proxy?.[p], m.latency.haproxy?.[p]);
+  // The lock blocks may cost the proxy no more, relative to direct Redis, than plain requests do.
+  const lockAtPassThroughSpeed = (p: Pipeline): Verdict => {
+    const lock = ratioOf(m.lock[p].proxy, m.lock[p].direct);
+    const passThrough = proxyOver(p, 'direct');
+    const P = p.toUpperCase();
+    return check(
+      `lock acquisition ${P} proxy/direct >= 0.95x pass-through ${P} proxy/direct ${geo}`,
+      ratioOf(lock, passThrough),
+      '>=',
+      0.95,
+      (v) => `${times(v)} (lock ${times(lock as number)}, pass-through ${times(passThrough as number)})`,
+      'not measured',
+    );
+  };
+  // Each step of a transaction sent a command at a time against a PING on the same connection, in the same run.
+  const interactiveSteps = (kind: KeyKind): Verdict => {
+    const proxy = m.interactive.proxy;
+    const slowest = proxy && STEPS.reduce((a, b) => (proxy[kind][b].p50 > proxy[kind][a].p50 ? b : a));
+    return check(
+      `interactive transaction, ${kind} key: each step's p50 via proxy <= 1.2x the proxy's PING p50`,
+      proxy && slowest ? proxy[kind][slowest].p50 / proxy.ping.p50 : undefined,
+      '<=',
+      1.2,
+      (v) => `${times(v)} (slowest step: ${slowest})`,
+      'not measured',
+    );
+  };
   const noBaseline = 'no --baseline (the build before the change)';
   const mem = memoryTargets(results.memory, memory);
   const churnWithin = mem.churnHwm?.ok
@@ -217,15 +263,18 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
         '',
       )
     : memoryCheck('churn VmHWM <= 1.2x (a fresh proxy + the open connections)', mem.churnHwm, () => Number.NaN, '<=', Number.NaN);
-  const geo = '(geomean GET/SET/INCR)';
   return [
     check(`pass-through P16 >= 0.9x HAProxy ${geo}`, proxyOver('p16', 'haproxy'), '>=', 0.9, times, noPeer('haproxy')),
     check(`pass-through P16 >= 1.5x nutcracker ${geo}`, proxyOver('p16', 'nutcracker'), '>=', 1.5, times, noPeer('nutcracker')),
     check(`pass-through P1 >= 0.7x nutcracker ${geo}`, proxyOver('p1', 'nutcracker'), '>=', 0.7, times, noPeer('nutcracker')),
     check('lock acquisition P1 via proxy >= 0.9x direct', ratioOf(m.lock.p1.proxy, m.lock.p1.direct), '>=', 0.9, times, 'not measured'),
     check('lock acquisition P16 via proxy >= 0.9x direct', ratioOf(m.lock.p16.proxy, m.lock.p16.direct), '>=', 0.9, times, 'not measured'),
+    ...PIPELINES.map(lockAtPassThroughSpeed),
     check('added latency p50 <= 60 µs', addedLatency('p50'), '<=', 60, micros, 'not measured'),
     check('added latency p99 <= 250 µs', addedLatency('p99'), '<=', 250, micros, 'not measured'),
+    check("latency p50 (PING/GET) via proxy <= HAProxy's", latencyOverHaproxy('p50'), '<=', 1, times, noPeer('haproxy')),
+    check("latency p99 (PING/GET) via proxy <= 1.2x HAProxy's", latencyOverHaproxy('p99'), '<=', 1.2, times, noPeer('haproxy')),
+    ...KEY_KINDS.map(interactiveSteps),
     memoryCheck('RSS <= 135 MiB with 5,000 idle connections (VmHWM)', mem.idleHwm, (v) => v, '<=', 135),
     memoryCheck('RSS growth < 64 MiB streaming 256 MiB to a slow reader', mem.streamGrowth, (v) => v, '<', 64),
     memoryCheck('RSS growth < 64 MiB with 20 slow readers of 8 MiB', mem.readersGrowth, (v) => v, '<', 64),
@@ -241,6 +290,22 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
     ),
     check('CPU per request P1 (user + system) <= 1.15x HAProxy', cpuOver('p1', 'haproxy', 'total'), '<=', 1.15, times, noPeer('haproxy')),
     check('CPU per request P16 (user + system) <= 1.3x HAProxy', cpuOver('p16', 'haproxy', 'total'), '<=', 1.3, times, noPeer('haproxy')),
+    check(
+      'CPU per request P1 (user + system) <= 1.05x the bare Node relay',
+      cpuOver('p1', 'relay', 'total'),
+      '<=',
+      1.05,
+      times,
+      noPeer('relay'),
+    ),
+    check(
+      'CPU per request P16 (user + system) <= 1.05x the bare Node relay',
+      cpuOver('p16', 'relay', 'total'),
+      '<=',
+      1.05,
+      times,
+      noPeer('relay'),
+    ),
     check('user CPU per request P1 <= 0.5x baseline', cpuOver('p1', 'baseline', 'user'), '<=', 0.5, times, noBaseline),
     check('user CPU per request P16 <= 0.5x baseline', cpuOver('p16', 'baseline', 'user'), '<=', 0.5, times, noBaseline),
   ];
@@ -269,6 +334,8 @@ export interface ReportContext {
   clients: number;
   lockConnections: number;
   latencyRoundTrips: number;
+  /** Timed transactions per key and target of the interactive transaction. */
+  interactiveTransactions: number;
   memory: MemoryProfile;
   /** redis-benchmark -n of the cluster part. */
   clusterRequests: Record<Pipeline, number>;
@@ -299,6 +366,7 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
     ctx.baseline === null ? [] : [ratio(proxy, baseline)];
   const targets = targetColumns(TARGET_NAMES, ctx);
   const lockTargets = targetColumns(LOCK_TARGET_NAMES, ctx);
+  const interactiveTargets = targetColumns(INTERACTIVE_TARGET_NAMES, ctx);
   const rounds = `median of ${ctx.rounds} round${ctx.rounds === 1 ? '' : 's'}`;
   const out: string[] = [];
 
@@ -364,6 +432,39 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
     ];
   });
   out.push(table(['percentile', ...targets, 'added (proxy-direct)', ...vsBaseline], latencyRows));
+
+  out.push('');
+  out.push(
+    'Interactive transaction: 1 connection per target, MULTI / INCRBY k 1 / EXPIRE k 600 / EXEC, each sent after the reply',
+    `  to the one before, and a PING before each; ${int(ctx.interactiveTransactions)} transactions per key and target, in turns`,
+    `  interleaved over the targets, µs per round trip, ${rounds}`,
+    '  (lock: 0x17 + a task id u64 BE, which the shipped rule stalwart-task-lock names; plain: a key no rule names;',
+    "   proxy/PING: the proxy's figure over its own PING's; no script: it holds each MULTI for --hold-ms to send the block whole)",
+  );
+  const roundTrips: Array<[string, (x: InteractiveMedian) => Percentiles]> = [
+    ['PING', (x) => x.ping],
+    ...KEY_KINDS.flatMap((kind) =>
+      STEPS.map((step): [string, (x: InteractiveMedian) => Percentiles] => [`${kind} ${step}`, (x) => x[kind][step]]),
+    ),
+  ];
+  const interactiveRows = roundTrips.flatMap(([label, pick]) =>
+    (['p50', 'p99'] as const).map((p) => {
+      const v = (name: TargetName): number | undefined => {
+        const x = m.interactive[name];
+        return x === undefined ? undefined : pick(x)[p];
+      };
+      const proxy = v('proxy');
+      const direct = v('direct');
+      return [
+        `${label} ${p}`,
+        ...interactiveTargets.map((name) => cell(name, v(name), fixed(1))),
+        proxy !== undefined && direct !== undefined ? micros(proxy - direct).replace(' µs', '') : '-',
+        label === 'PING' ? '-' : ratio(proxy, m.interactive.proxy?.ping[p]),
+        ...baselineRatio(proxy, v('baseline')),
+      ];
+    }),
+  );
+  out.push(table(['round trip', ...interactiveTargets, 'added (proxy-direct)', 'proxy/PING', ...vsBaseline], interactiveRows));
 
   out.push('');
   out.push(...renderMemory(results.memory, ctx.memory, ctx.absent));
