@@ -14,7 +14,7 @@ export class RuleCounters {
   observed = 0;
   /** Blocks whose script could not run and were sent unchanged, by error prefix (NOPERM, BUSY, ...). */
   readonly fallbacks = new Map<string, number>();
-  /** Blocks whose script outcome could not be told: the connection was closed. */
+  /** Blocks whose connection was closed before their replies came (the script's outcome unknown, or a bound). */
   closed = 0;
   /**
    * Blocks on the rule's keys that ran unchanged although the rule enforces, by reason
@@ -63,7 +63,7 @@ export class Stats {
   blocksRewritten = 0;
   /** Blocks sent with the fix, by the way they were sent. */
   readonly rewrittenBy = { transaction: 0, script: 0 };
-  /** Blocks whose script outcome could not be told, so that their connection was closed. */
+  /** Blocks whose connection was closed before their replies came: the script's outcome unknown, or a bound. */
   blocksClosed = 0;
   /** Connections closed because a reply to a command of the proxy's own did not come within --own-reply-timeout-ms. */
   ownRepliesTimedOut = 0;

@@ -169,6 +169,50 @@ describe('ReplyStream', () => {
       expect(port.events).toEqual(['first', 'second']);
     });
 
+    it('does not run while the proxy reads nothing from Redis (a client slow to read), and starts afresh after', () => {
+      vi.useFakeTimers();
+      const port = new FakePort();
+      const stream = new ReplyStream(port, null, 1000);
+      stream.capture(() => port.events.push('own'));
+      vi.advanceTimersByTime(500);
+      stream.readsPaused(true);
+      vi.advanceTimersByTime(5000);
+      expect(port.events).toEqual([]);
+      stream.readsPaused(false);
+      vi.advanceTimersByTime(999);
+      expect(port.events).toEqual([]);
+      vi.advanceTimersByTime(1);
+      expect(port.events).toEqual(['late a reply to a command of its own']);
+    });
+
+    it('bounds the marker by Redis’s silence, not by the size of the backlog before it', () => {
+      vi.useFakeTimers();
+      const port = new FakePort();
+      const stream = new ReplyStream(port, null, 1000);
+      stream.stopCounting();
+      stream.awaitMarker(new ResetMarker(), () => port.events.push('found'));
+      for (let i = 0; i < 10; i++) {
+        vi.advanceTimersByTime(900);
+        feed(stream, '+message\r\n');
+      }
+      expect(port.events).toEqual([]);
+      vi.advanceTimersByTime(1000);
+      expect(port.events).toEqual(['late the RESET marker']);
+    });
+
+    it('names the lock blocks whose replies are still due', () => {
+      const port = new FakePort();
+      const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
+      const lock = { rule: 'test-lock', key: Buffer.from('lock:a') };
+      stream.expect(1);
+      stream.capture(() => port.events.push('script'), false, lock);
+      stream.capture(() => port.events.push('own'));
+      expect(stream.lockBlocksDue()).toEqual([lock]);
+      feed(stream, '+OK\r\n*1\r\n:1\r\n');
+      expect(stream.lockBlocksDue()).toEqual([]);
+      stream.stop();
+    });
+
     it('runs for the marker after a RESET from the moment it is sent', () => {
       vi.useFakeTimers();
       const port = new FakePort();

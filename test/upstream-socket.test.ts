@@ -32,7 +32,7 @@ interface Outcome {
  * Connects without reading, writes PINGs until a write is refused (or the socket is gone), then
  * reads what is left.
  */
-async function writeUntilRefusedThenRead(socket: net.Socket, refusal: { seen: boolean }): Promise<Outcome> {
+async function writeUntilRefusedThenRead(socket: net.Socket, refusal: { seen: boolean }, firstWriteAfterMs = 0): Promise<Outcome> {
   let received = '';
   let ended = '';
   const done = new Promise<void>((resolve) => {
@@ -52,6 +52,7 @@ async function writeUntilRefusedThenRead(socket: net.Socket, refusal: { seen: bo
     socket.once('connect', resolve);
     socket.once('error', reject);
   });
+  await new Promise((resolve) => setTimeout(resolve, firstWriteAfterMs));
   const deadline = Date.now() + 20_000;
   while (!refusal.seen && !socket.destroyed) {
     if (Date.now() > deadline) throw new Error('no write was refused within 20 s');
@@ -80,6 +81,21 @@ describe('a write refused because Redis closed', () => {
     expect(Buffer.concat(chunks).toString('latin1')).toBe('-ERR max number of clients reached\r\n');
     expect(['end', 'ECONNRESET']).toContain(outcome.ended);
     socket.destroy();
+  });
+
+  it('closes by itself once its reads have ended, also after end(): nothing waits for the held-back write', async () => {
+    // Redis's close is in before the first write (Redis closes at once at its client limit), so
+    // the reads end with EOF, not with the reset: the case where nothing else closes the socket.
+    const refusal = { seen: false };
+    const socket = new UpstreamSocket({ allowHalfOpen: true }, () => (refusal.seen = true));
+    const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    socket.connect({ host: full.host, port: full.port });
+    const outcome = await writeUntilRefusedThenRead(socket, refusal, 200);
+    expect(outcome).toEqual({ received: '-ERR max number of clients reached\r\n', refused: true, ended: 'end' });
+    socket.end(); // what a session does when its client closes
+    const within = await Promise.race([closed.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 5000))]);
+    expect(within).toBe(true);
+    expect(socket.destroyed).toBe(true);
   });
 
   it('is what a plain net.Socket loses: it is destroyed by the refused write, unread', async () => {

@@ -86,6 +86,19 @@ describe('UpstreamWatch', () => {
     expect(session.silent).toEqual([6 * TIMEOUT_MS]);
   });
 
+  it('does not run while the proxy reads nothing from Redis (a client slow to read), and runs whole again after', () => {
+    send();
+    vi.advanceTimersByTime(TIMEOUT_MS - 100);
+    watch.pause(true);
+    vi.advanceTimersByTime(5 * TIMEOUT_MS);
+    expect(session.silent).toEqual([]);
+    watch.pause(false);
+    vi.advanceTimersByTime(TIMEOUT_MS - 1);
+    expect(session.silent).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(session.silent).toEqual([7 * TIMEOUT_MS - 100]);
+  });
+
   it('never fires once stopped', () => {
     send();
     watch.stop();

@@ -99,7 +99,7 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
 
   labelledCounter(
     'blocks_total',
-    'Lock blocks that matched a rule (seen), sent with the fix (rewritten), forwarded unchanged in observe mode (observed), or whose script outcome could not be told, so that the connection was closed (closed).',
+    'Lock blocks that matched a rule (seen), sent with the fix (rewritten), forwarded unchanged in observe mode (observed), or whose connection was closed before their replies came (closed: the lock script outcome unknown, or a bound closed it).',
     ['rule', 'outcome'],
     (emit) => {
       for (const [rule, counts] of stats.byRule) {

@@ -48,12 +48,21 @@ export interface LockBlockPort {
   readonly log: Logger;
 }
 
+/** A lock block whose replies are on their way: its rule's name and its key. */
+export interface LockBlockRef {
+  readonly rule: string;
+  readonly key: Buffer;
+}
+
 /** The connection's reply accounting (session/reply-stream.ts). */
 export interface ExpectedReplies {
   /** `count` replies come for what was just sent upstream. */
   expect(count: number): void;
-  /** The reply to what was just sent upstream is the flow's own: to `handle`, not to the client. */
-  capture(handle: (reply: Buffer) => void): void;
+  /**
+   * The reply to what was just sent upstream is the flow's own: to `handle`, not to the client.
+   * `lock`: it carries a lock block's replies (the rule and key), should the connection close first.
+   */
+  capture(handle: (reply: Buffer) => void, clients?: boolean, lock?: LockBlockRef): void;
 }
 
 export interface BlockSettings {
@@ -192,7 +201,7 @@ export class LockBlocks {
     this.port.holdClient();
     if (withSource) this.askAgain(block);
     this.port.writeUpstream(encodeLockCall(block.call, withSource));
-    this.replies.capture((reply) => this.onScriptReply(reply, block, withSource));
+    this.replies.capture((reply) => this.onScriptReply(reply, block, withSource), false, { rule: block.rule.name, key: block.call.key });
   }
 
   private onScriptReply(reply: Buffer, block: CompleteBlock, withSource: boolean): void {

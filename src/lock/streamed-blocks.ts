@@ -54,6 +54,13 @@ interface Increment {
   readonly first: boolean;
 }
 
+/** An EXEC whose transaction had pairs fixed: its reply's elements to restore, and the first fixed pair's rule and key. */
+export interface FixedExec {
+  readonly indexes: readonly number[];
+  readonly rule: string;
+  readonly key: Buffer;
+}
+
 interface Pair {
   readonly key: Buffer;
   readonly rule: Rule | undefined;
@@ -164,18 +171,20 @@ export class StreamedBlocks {
 
   /**
    * The transaction's EXEC went upstream, after `queued` queued commands: its pairs are counted,
-   * and the indexes of EXEC's reply whose `:0` is Redis's NX answer are returned (none: the
-   * reply is Redis's own as it is).
+   * and what of EXEC's reply is to be restored is returned: the indexes whose `:0` is Redis's NX
+   * answer (null: none, the reply is Redis's own as it is).
    */
-  executed(queued: number): number[] {
+  executed(queued: number): FixedExec | null {
     const pairs = this.pairs;
     this.end();
-    let fixed: number[] | null = null;
+    let fixed: FixedExec | null = null;
     for (const pair of pairs) {
       this.count(pair, pair.first && queued === 2);
-      if (pair.outcome === 'nx') (fixed ??= []).push(pair.index);
+      if (pair.outcome !== 'nx') continue;
+      if (fixed === null) fixed = { indexes: [pair.index], rule: (pair.rule as Rule).name, key: pair.key };
+      else (fixed.indexes as number[]).push(pair.index);
     }
-    return fixed ?? NONE;
+    return fixed;
   }
 
   /** One old-shape attempt went to Redis; `whole`: exactly MULTI, the pair, EXEC. */
@@ -209,8 +218,6 @@ export class StreamedBlocks {
     }
   }
 }
-
-const NONE: number[] = [];
 
 /** Whether the frame whose head the scanner holds is an expiry of `increment`'s key that completes a pair. */
 function completesPair(increment: Increment, scanner: RequestScanner): boolean {

@@ -20,12 +20,16 @@
  * behind it, in order.
  *
  * A reply of the proxy's own has a bound: once every reply before it has come (for the marker:
- * once it was sent, as the replies before it cannot be counted), Redis answers it within
- * --own-reply-timeout-ms, or the session closes the connection rather than wait for ever.
+ * once it was sent, as the replies before it cannot be counted), Redis may not stay silent for
+ * --own-reply-timeout-ms, or the session closes the connection rather than wait for ever. The
+ * clock counts only time in which Redis alone owes something: bytes from Redis start it again
+ * (an uncounted backlog before the marker is Redis talking, whatever its size), and it stops
+ * while the proxy does not read from Redis (readsPaused: the client is slow to read what it has).
  *
  * A chunk is valid only during the process() call that gets it (the upstream connection reads
  * into the same memory again, upstream/read-buffer.ts): whatever is kept past it is copied.
  */
+import type { LockBlockRef } from '../lock/block-flow.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
 import { ErrorLines, type LineWatch } from './error-lines.js';
 import type { ResetMarker } from './reset-marker.js';
@@ -65,6 +69,8 @@ type Mark =
       readonly timed: boolean;
       /** A simple error in its place is passed on as a counted reply, not captured. */
       readonly errorsPass: boolean;
+      /** The reply carries a lock block's replies (its rule and key). */
+      readonly lock: LockBlockRef | undefined;
       after: number;
     }
   /**
@@ -98,7 +104,10 @@ export class ReplyStream {
   /** The mark whose reply is due and timed now, its timer, and when it started. */
   private clocked: Mark | null = null;
   private clock: NodeJS.Timeout | undefined;
+  /** When Redis last sent something, or the clock started: the silence the bound measures. */
   private clockStarted = 0;
+  /** The proxy does not read from Redis for now (readsPaused): no bound runs. */
+  private paused = false;
 
   /**
    * `redirects`: with --cluster, the rewriting of -MOVED/-ASK lines (cluster/node-replies.ts);
@@ -132,6 +141,39 @@ export class ReplyStream {
     return this.marks.length > 0;
   }
 
+  /**
+   * Whether more than `n` replies are still due: the last `n` replies counted may not be due yet
+   * (their commands are not whole: the client is still sending them).
+   */
+  dueBeyond(n: number): boolean {
+    let due = this.outstanding + (this.behindLine === null ? 0 : 1);
+    if (due > n) return true;
+    for (const mark of this.marks) {
+      due += 1 + mark.after;
+      if (due > n) return true;
+    }
+    return false;
+  }
+
+  /**
+   * The session stops reading from Redis for the client's sake (a client slow to read, a line
+   * that waits), or reads again: the bound on the proxy's own replies runs only while it reads,
+   * and starts afresh after a pause.
+   */
+  readsPaused(paused: boolean): void {
+    if (paused === this.paused) return;
+    this.paused = paused;
+    if (paused) this.stopClock();
+    else this.clockOwnReply();
+  }
+
+  /** The lock blocks whose replies are still due, in order: what a close now would keep from the client. */
+  lockBlocksDue(): LockBlockRef[] {
+    const due: LockBlockRef[] = [];
+    for (const mark of this.marks) if (mark.kind === 'capture' && mark.lock !== undefined) due.push(mark.lock);
+    return due;
+  }
+
   /** `count` replies come for frames just forwarded: after the last mark, if any. */
   expect(count: number): void {
     if (this.marks.length === 0) this.outstanding += count;
@@ -143,9 +185,10 @@ export class ReplyStream {
    * By default it is a command of the proxy's own, whose reply has a bound. `clients`: it is the
    * client's own command, whose reply the proxy changes (EXEC's array): no bound (Redis answers
    * its client in its own time), and an error in its place is Redis's own, passed on as any reply.
+   * `lock`: the reply carries a lock block's replies (lockBlocksDue).
    */
-  capture(handle: (reply: Buffer) => void, clients = false): void {
-    this.marks.push({ kind: 'capture', handle, timed: !clients, errorsPass: clients, after: 0 });
+  capture(handle: (reply: Buffer) => void, clients = false, lock?: LockBlockRef): void {
+    this.marks.push({ kind: 'capture', handle, timed: !clients, errorsPass: clients, lock, after: 0 });
     this.passing = false;
     this.clockOwnReply();
   }
@@ -182,6 +225,8 @@ export class ReplyStream {
 
   /** One chunk from Redis. */
   process(chunk: Buffer): void {
+    // Redis is not silent: a bound that runs counts from here.
+    if (this.clocked !== null) this.clockStarted = performance.now();
     if (this.behindLine !== null) return this.waitBehindLine(chunk);
     const scanner = this.scanner;
     scanner.newChunk();
@@ -332,12 +377,13 @@ export class ReplyStream {
 
   /**
    * Times the reply of the proxy's own at the head of the stream once it is due: a capture once
-   * every reply before it has come, the marker at once (what comes before it cannot be counted).
+   * every reply before it has come, the marker at once (what comes before it cannot be counted);
+   * not while the proxy does not read.
    */
   private clockOwnReply(): void {
     const head = this.marks[0];
     const timed = head !== undefined && (head.kind === 'marker' || head.timed);
-    const due = timed && !this.passing && (this.outstanding === 0 || head.kind === 'marker') ? head : null;
+    const due = timed && !this.passing && !this.paused && (this.outstanding === 0 || head.kind === 'marker') ? head : null;
     if (due === this.clocked) return;
     this.stopClock();
     if (due === null) return;
@@ -347,9 +393,10 @@ export class ReplyStream {
   }
 
   /**
-   * Node counts a timer from the event loop's time at the start of the current iteration, so it
-   * may fire before `ms` have really passed since it was set: then it waits for the rest, and
-   * a reply is never given up on before its whole bound.
+   * When the timer fires, the bound has passed only if Redis has been silent for all of it: bytes
+   * that came meanwhile moved `clockStarted`, and the timer waits for the rest. (Node also counts
+   * a timer from the event loop's time at the start of the current iteration, so it may fire a
+   * little early.) A reply is never given up on before a whole bound of silence.
    */
   private armClock(ms: number): void {
     this.clock = setTimeout(() => {

@@ -23,7 +23,8 @@ import { BLOCK_COMMANDS } from '../lock/block-shape.js';
 import { expiryWithNx, restoreExpiryReplies } from '../lock/expire-nx.js';
 import { countFixedShape } from '../lock/fixed-shape.js';
 import { HELLO, methodFromHello, type LockMethod } from '../lock/lock-method.js';
-import { StreamedBlocks, type PairOutcome, type UnfixedReason } from '../lock/streamed-blocks.js';
+import { StreamedBlocks, type FixedExec, type PairOutcome, type UnfixedReason } from '../lock/streamed-blocks.js';
+import { describeKey } from '../key-text.js';
 import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
 import { encodeCommand } from '../resp/encode.js';
@@ -33,6 +34,7 @@ import { countedApart, namesVerifyConnection } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
 import { ResetMarker } from './reset-marker.js';
+import type { Stats } from '../stats.js';
 import { FrameMeaning, TransactionState } from './transaction-state.js';
 
 /** What the client-to-server side needs of its session. */
@@ -124,6 +126,10 @@ export class RequestFlow implements LockBlockPort {
   private quitting = false;
   /** The client named its connection as verify's: its lock blocks are counted apart. */
   private verifyConnection = false;
+  /** The settings lock blocks are counted with (verify's apart). */
+  private readonly counting: { readonly stats: Stats };
+  /** The frame whose head was read last had its reply counted when it went upstream. */
+  private headCounted = false;
 
   constructor(
     private readonly port: RequestFlowPort,
@@ -132,6 +138,7 @@ export class RequestFlow implements LockBlockPort {
     private readonly nodes: NodeReplies | null,
   ) {
     const counting = countedApart(ctx, () => this.verifyConnection);
+    this.counting = counting;
     this.blocks = new LockBlocks(this, replies, counting);
     this.streamed = new StreamedBlocks(counting, () => this.port.log);
     // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
@@ -142,6 +149,31 @@ export class RequestFlow implements LockBlockPort {
   /** Whether client bytes are held or kept back (a lock block, or the start of a MULTI). */
   get holding(): boolean {
     return this.blocks.holding || this.partial.length > 0;
+  }
+
+  /**
+   * Whether the last reply counted is for a frame the client has not finished sending: it went
+   * upstream at its head, so that Redis reads its bytes as they come, but Redis owes no reply to
+   * it before its last byte.
+   */
+  get replyAwaitsRestOfFrame(): boolean {
+    const scanner = this.scanner;
+    return this.headCounted && !scanner.atFrameBoundary && !scanner.awaitingHead && !this.blocks.holding;
+  }
+
+  /**
+   * The connection is closed at a bound while replies are due: a lock block whose replies have
+   * not come may have run in Redis (its counter moved), and its client will not learn it. Each
+   * is logged with its rule and key, and counted (blocks_total{outcome="closed"}).
+   */
+  closingWithRepliesDue(): void {
+    for (const lock of this.replies.lockBlocksDue()) {
+      this.counting.stats.blockClosed(lock.rule);
+      this.port.log.error(
+        { rule: lock.rule, key: describeKey(lock.key) },
+        "connection closed before a lock block's replies came: Redis may have run it, and its client is not told",
+      );
+    }
   }
 
   /** The connection closes: no hold deadline fires any more. */
@@ -165,6 +197,7 @@ export class RequestFlow implements LockBlockPort {
 
   blockSent(frames: number, complete: boolean, key: Buffer | null, reason: UnfixedReason): void {
     this.replies.expect(frames);
+    this.headCounted = frames > 0;
     this.tx.blockSent(frames, complete);
     this.streamed.released(frames, complete, key, this.ctx.rules(), reason);
   }
@@ -215,6 +248,7 @@ export class RequestFlow implements LockBlockPort {
         return;
       }
       if (event & HEAD) {
+        this.headCounted = false;
         if (blocks.holding) {
           if (!blocks.accept(scanner, this.ctx.rules())) {
             blocks.release('not-a-lock-block');
@@ -495,7 +529,8 @@ export class RequestFlow implements LockBlockPort {
       this.enterPipe(meaning === FrameMeaning.Untrackable);
       return;
     }
-    let fixed: readonly number[] | null = null;
+    this.headCounted = true;
+    let fixed: FixedExec | null = null;
     if (tx.opened) {
       if (!tx.watching) this.streamed.begin();
     } else if (this.streamed.active) {
@@ -508,15 +543,19 @@ export class RequestFlow implements LockBlockPort {
     if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
-    if (fixed !== null && fixed.length > 0) {
+    if (fixed !== null) {
       // EXEC's array gives each expiry sent with NX back as Redis alone answers it. It is the
       // client's own command: Redis answers it in its own time, and an error in its place (EXEC
       // refused as a whole) passes on as any reply.
-      const indexes = fixed;
-      this.replies.capture((reply) => {
-        const restored = restoreExpiryReplies(reply, indexes);
-        this.port.writeClient(rewrite === undefined ? restored : rewrite(restored));
-      }, true);
+      const indexes = fixed.indexes;
+      this.replies.capture(
+        (reply) => {
+          const restored = restoreExpiryReplies(reply, indexes);
+          this.port.writeClient(rewrite === undefined ? restored : rewrite(restored));
+        },
+        true,
+        fixed,
+      );
     } else if (rewrite === undefined) this.replies.expect(1);
     else this.replies.capture((reply) => this.port.writeClient(rewrite(reply)));
   }

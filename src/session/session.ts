@@ -28,7 +28,10 @@ let nextSessionId = 1;
 const CLOSE_LINGER_MS = 10_000;
 /** How long a client may go on sending after the end of the stream went out, before its connection is cut. */
 const LINGER_AFTER_END_MS = 1_000;
-/** How long the client's bytes wait for Redis to close after QUIT, before they go on after all. */
+/**
+ * How long the client's bytes wait for Redis to close after QUIT once its reply is in (Redis closes
+ * as soon as it has written it), before they go on after all.
+ */
 const CLOSE_WAIT_MS = 2_000;
 /**
  * How long the upstream may stay open after the client's end went to it: Redis closes a
@@ -72,8 +75,13 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
    */
   private cutOff: NodeJS.Timeout | undefined;
   private cutOffAt = Number.POSITIVE_INFINITY;
-  /** How long the client's bytes wait for Redis's close after QUIT (awaitClose), or the upstream after the client's end. */
+  /**
+   * How long the client's bytes wait for Redis's close after QUIT (awaitClose), or the upstream
+   * after the client's end, or after the session closed with its end on the way to Redis.
+   */
   private closeWait: NodeJS.Timeout | undefined;
+  /** Reading from Redis is paused (the client is slow to read, or replies wait behind a line). */
+  private upstreamPaused = false;
   /** Nothing from Redis yet: its first bytes must be RESP. */
   private upstreamSilentSoFar = true;
   /** --upstream-timeout-ms, when set. */
@@ -215,6 +223,10 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** Redis closed its side: everything it sent is passed on, then the client side closes. */
   private onUpstreamEnd(): void {
+    if (this.closed) {
+      this.upstream.destroy(); // a lingering upstream (lingerUpstream): Redis has closed too
+      return;
+    }
     // Redis closed on its own (a restart, a failover, CLIENT KILL): the server behind the address may change.
     if (!this.clientEnded && this.awaiting !== 'close') this.ctx.serverMethods.forget(this.upstreamAddress);
     this.toUpstream.discard();
@@ -314,8 +326,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.toUpstream.flush();
     this.upstream.end();
     clearTimeout(this.closeWait);
-    this.closeWait = setTimeout(() => this.destroy(), UPSTREAM_CLOSE_WAIT_MS);
-    this.closeWait.unref();
+    this.closeWait = unrefTimer(() => this.destroy(), UPSTREAM_CLOSE_WAIT_MS);
   }
 
   private onClose(): void {
@@ -326,11 +337,27 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.watch?.stop();
     clearTimeout(this.closeWait);
     this.ctx.stats.connectionsOpen--;
-    // A side being ended still has its last bytes on the way: it closes itself once they are out.
+    // A side being ended still has its last bytes on the way: it closes itself once they are out
+    // (the client within its cut-off), and the upstream once Redis closes too, within a bound.
     if (!this.client.writableEnded) this.client.destroy();
-    if (!this.upstream.writableEnded) this.upstream.destroy();
+    if (!this.upstream.writableEnded || this.upstream.readableEnded) this.upstream.destroy();
+    else if (!this.upstream.destroyed) this.lingerUpstream();
     if (this.ctx.log.isLevelEnabled('debug')) this.log.debug('connection closed');
     this.onClosed(this);
+  }
+
+  /**
+   * The session is closed with the client's end on its way to Redis, which closes once it has read
+   * it: the client's last commands must not be cut off by a reset. What Redis still sends has
+   * nowhere to go, so it is read and dropped (a paused socket would never see Redis's close);
+   * Redis's close destroys the socket (onUpstreamEnd), and an upstream that does not close is cut
+   * off after UPSTREAM_CLOSE_WAIT_MS.
+   */
+  private lingerUpstream(): void {
+    this.clientFull = false;
+    this.repliesHeld = false;
+    this.updateFlow();
+    this.closeWait = unrefTimer(() => this.upstream.destroy(), UPSTREAM_CLOSE_WAIT_MS);
   }
 
   // ------------------------------------------------------------ flow control
@@ -365,8 +392,16 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private updateFlow(): void {
     if ((this.awaiting !== null || this.upstreamFull) && !this.closing) this.client.pause();
     else this.client.resume();
-    if (this.clientFull || this.repliesHeld) this.upstream.pause();
+    const pause = this.clientFull || this.repliesHeld;
+    if (pause) this.upstream.pause();
     else this.upstream.resume();
+    if (pause !== this.upstreamPaused) {
+      // No bound blames Redis while the proxy itself does not read what Redis sends.
+      this.upstreamPaused = pause;
+      this.replies.readsPaused(pause);
+      this.watch?.pause(pause);
+      if (!pause) this.awaitCloseOnceAnswered();
+    }
   }
 
   // ------------------------------- what RequestFlow and ReplyStream ask (their ports)
@@ -375,14 +410,26 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.stalled.unshift(rest);
   }
 
+  /**
+   * QUIT went upstream: the client's next bytes wait for Redis's close. Redis closes once it has
+   * written QUIT's reply, and reads nothing after it: bytes that reached it meanwhile would make
+   * its close a reset, which discards what it had not sent yet. So the wait for the close is
+   * bounded only once every reply is in, and while the proxy reads (a client slow to read keeps
+   * Redis writing).
+   */
   awaitClose(): void {
     this.awaiting = 'close';
     this.updateFlow();
-    this.closeWait = setTimeout(() => {
+    this.awaitCloseOnceAnswered();
+  }
+
+  /** After QUIT, once its reply is in and the proxy reads: Redis closes within CLOSE_WAIT_MS, or what waited goes on. */
+  private awaitCloseOnceAnswered(): void {
+    if (this.awaiting !== 'close' || this.closeWait !== undefined || this.replies.pending || this.upstreamPaused) return;
+    this.closeWait = unrefTimer(() => {
       // Redis did not close (a server that reads on): forward what waited, in order.
       if (this.awaiting === 'close' && !this.closing) this.resumeClient();
     }, CLOSE_WAIT_MS);
-    this.closeWait.unref();
   }
 
   holdClient(): void {
@@ -393,6 +440,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   /** The proxy's own command is answered: forward what the client sent meanwhile. */
   resumeClient(): void {
     clearTimeout(this.closeWait);
+    this.closeWait = undefined;
     this.awaiting = null;
     while (this.awaiting === null && this.stalled.length > 0) {
       const chunk = this.stalled.shift() as Buffer;
@@ -432,6 +480,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       { waiting: what, waitedMs, upstream: this.upstreamAddress },
       "no reply from Redis to a command of the proxy's own in time; closing the connection",
     );
+    this.requests.closingWithRepliesDue();
     this.closeAfterReplies();
   }
 
@@ -439,8 +488,9 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.watch?.blockingSent();
   }
 
+  /** A reply is due from Redis: one whose command is whole upstream (not the one the client is still sending). */
   get awaitingReply(): boolean {
-    return this.replies.pending && !this.requests.piping && !this.closing;
+    return !this.requests.piping && !this.closing && this.replies.dueBeyond(this.requests.replyAwaitsRestOfFrame ? 1 : 0);
   }
 
   /** --upstream-timeout-ms passed with a reply due and nothing from Redis: closed as a network failure would. */
@@ -450,12 +500,14 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       { upstream: this.upstreamAddress, silentMs: ms },
       'no reply from Redis within --upstream-timeout-ms; closing the connection',
     );
+    this.requests.closingWithRepliesDue();
     this.closeAfterReplies();
   }
 
   /** The proxy's own reply cannot be found: the connection's state is unknown. Never fake it. */
   lost(reason: string): void {
     this.log.error({ reason }, "cannot follow the reply stream while a reply of the proxy's own is due; closing the connection");
+    this.requests.closingWithRepliesDue();
     this.closeAfterReplies();
   }
 
@@ -482,6 +534,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   private onUpstreamData(chunk: Buffer): void {
     this.ctx.stats.bytesFromUpstream += chunk.length;
+    if (this.closed) return; // the client is gone: read only to see Redis's close (lingerUpstream)
     if (this.upstreamSilentSoFar) {
       this.upstreamSilentSoFar = false;
       // A newline is what a master sends a replica (SYNC) while its snapshot is being made.
@@ -497,5 +550,13 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     }
     // After the chunk's replies are counted: the watch asks what is still due.
     this.watch?.heard();
+    this.awaitCloseOnceAnswered();
   }
+}
+
+/** A timer that does not keep the process alive. */
+function unrefTimer(fire: () => void, ms: number): NodeJS.Timeout {
+  const timer = setTimeout(fire, ms);
+  timer.unref();
+  return timer;
 }

@@ -5,6 +5,12 @@
  * "nothing for that long", not "one command for that long": a large reply that keeps coming, or
  * a deep pipeline Redis works through, is progress.
  *
+ * It counts only time in which Redis alone owes a reply: a reply is due once its command is whole
+ * and written upstream (not while the client is still sending it: the session's awaitingReply),
+ * and the clock stops while the proxy does not read from Redis for the client's sake (a client
+ * slow to read: pause), starting afresh when it reads again, as HAProxy's `timeout server` does
+ * not run while its buffer is full.
+ *
  * Replies that may legitimately take as long as other clients make them are exempt: while a
  * blocking command (BLPOP, XREAD, WAIT, ...) is unanswered, and on a connection whose replies
  * are not counted (subscriptions, MONITOR).
@@ -15,7 +21,7 @@
 
 /** What the watch needs of its session. */
 export interface UpstreamWatchPort {
-  /** A reply is due, counted (not a pipe), and the connection is not closing. */
+  /** A reply is due (its command whole and sent), counted (not a pipe), and the connection is not closing. */
   readonly awaitingReply: boolean;
   /** Redis sent nothing for `ms` while a reply was due. */
   upstreamSilent(ms: number): void;
@@ -26,6 +32,8 @@ export class UpstreamWatch {
   private armed = false;
   /** A blocking command is unanswered: no timeout until every reply due is in. */
   private blocking = false;
+  /** The proxy does not read from Redis for now: the clock does not run. */
+  private paused = false;
 
   constructor(
     private readonly timeoutMs: number,
@@ -63,6 +71,13 @@ export class UpstreamWatch {
     }
   }
 
+  /** Reading from Redis pauses for the client's sake (true), or goes on (false): the clock runs again from the start. */
+  pause(paused: boolean): void {
+    if (paused === this.paused) return;
+    this.paused = paused;
+    if (!paused && this.armed) (this.timer as NodeJS.Timeout).refresh();
+  }
+
   /** The connection is closed. */
   stop(): void {
     clearTimeout(this.timer);
@@ -70,6 +85,7 @@ export class UpstreamWatch {
   }
 
   private fired(): void {
+    if (this.paused) return; // armed still: resuming starts the clock again
     this.armed = false;
     if (this.blocking || !this.port.awaitingReply) return;
     this.port.upstreamSilent(this.timeoutMs);

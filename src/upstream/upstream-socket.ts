@@ -16,9 +16,11 @@
  * queue; tcp_recvmsg hands out the receive queue before it reports the error). So here such a
  * write's error is held back: the write never completes, nothing more is written (later writes
  * queue behind it and are dropped with the socket), `onWriteRefused` says so once, and reading
- * goes on. The connection then ends the way its reads end it (EOF, or the reset as a read
- * error), after every byte Redis sent has been handed on. Any other write error is Node's usual
- * one.
+ * goes on. The connection then ends the way its reads end it: a reset as a read error destroys
+ * it, and at EOF (Redis's close had come before the reset) it is destroyed here, after every
+ * byte Redis sent has been handed on. Node would not close it at EOF: its writable side waits for
+ * the held-back write for ever, and even end() never finishes it, so the descriptor would stay
+ * open until the process ends. Any other write error is Node's usual one.
  */
 import net from 'node:net';
 
@@ -38,6 +40,10 @@ export class UpstreamSocket extends net.Socket {
     private readonly onWriteRefused: (error: Error) => void,
   ) {
     super(options);
+    // After the 'end' listeners (the reads are handed on first): nothing more can come or go.
+    this.once('end', () => {
+      if (this.refused) process.nextTick(() => this.destroy());
+    });
   }
 
   override _write(chunk: Buffer, encoding: BufferEncoding, callback: WriteCallback): void {
@@ -56,6 +62,7 @@ export class UpstreamSocket extends net.Socket {
         if (this.refused) return;
         this.refused = true;
         this.onWriteRefused(error);
+        if (this.readableEnded) this.destroy(); // Redis's close was read already
         return;
       }
       callback(error);

@@ -58,6 +58,10 @@ export const SERVER_LINE_TEST_FILES: ReadonlyArray<readonly [file: string, why: 
   ],
   ['test/e2e/lock-attempts-and-scan.test.ts', 'lock attempts counted in both shapes, and the admin lock scan, with the script way'],
   ['test/e2e/stalwart-incident.test.ts', 'the incident, fixed by the script way'],
+  [
+    'test/e2e/slow-clients.test.ts',
+    "the bounds on Redis and the closes with slow clients, the script way's reply among them, against this server's own bytes",
+  ],
   ['test/e2e/stalwart-releases.test.ts', "every Stalwart line's exact blocks through auto (the script way here)"],
   ['test/e2e/removal-signal.test.ts', 'the "can the proxy go?" signal from blocks the script way fixed and SET NX EX'],
   ['test/e2e/passthrough.test.ts', 'ACL users in the upstream URL, CLIENT TRACKING and MONITOR around the script, RESET (none before 6.2)'],
