@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { expiryWithNx, restoreExpiryReplies } from '../src/lock/expire-nx.js';
-import { methodFromHello } from '../src/lock/lock-method.js';
+import { methodFromHello, ServerMethods, type ServerVersion } from '../src/lock/lock-method.js';
 import { cmd } from './support/resp.js';
 
 const hello = (server: string, version: string): Buffer =>
@@ -74,5 +74,55 @@ describe('restoreExpiryReplies', () => {
       expect(restore(reply, [1])).toBe(reply);
     }
     expect(restore('*2\r\n-WRONGTYPE x\r\n:0\r\n', [1])).toBe('*2\r\n-WRONGTYPE x\r\n:1\r\n');
+  });
+});
+
+describe('ServerMethods: the method per upstream address', () => {
+  const seven: ServerVersion = { method: 'transaction', detail: 'redis 7.0.15' };
+  const noauth: ServerVersion = { method: null, detail: 'NOAUTH HELLO must be called with the client already authenticated' };
+  /** A question ahead that answers when told to. */
+  const pending = () => {
+    let answer: (version: ServerVersion | null) => void = () => {};
+    let asked = 0;
+    const ask = () => {
+      asked++;
+      return new Promise<ServerVersion | null>((resolve) => (answer = resolve));
+    };
+    return { ask, answer: (v: ServerVersion | null) => answer(v), asked: () => asked };
+  };
+  const settled = () => new Promise((resolve) => setImmediate(resolve));
+
+  it('asks ahead once at a time, keeps the answer, and says who learnt it first', async () => {
+    const methods = new ServerMethods();
+    const question = pending();
+    const found: string[] = [];
+    methods.askAhead('a:1', question.ask, (v) => found.push(v.detail));
+    methods.askAhead('a:1', question.ask, (v) => found.push(v.detail)); // in flight: not asked twice
+    expect(question.asked()).toBe(1);
+    question.answer(seven);
+    await settled();
+    expect(methods.get('a:1')).toBe('transaction');
+    expect(found).toEqual(['redis 7.0.15']);
+    expect(methods.learnt('a:1', 'transaction')).toBe(false); // a connection that learns it later is not the first
+    methods.askAhead('a:1', question.ask, () => {});
+    expect(question.asked()).toBe(1); // known: nothing asked
+  });
+
+  it('leaves a refused question to the client connections until the address is forgotten; asks an unanswered one again', async () => {
+    const methods = new ServerMethods();
+    const question = pending();
+    methods.askAhead('a:1', question.ask, () => {});
+    question.answer(noauth);
+    await settled();
+    methods.askAhead('a:1', question.ask, () => {});
+    expect(question.asked()).toBe(1);
+    expect(methods.get('a:1')).toBeNull();
+    methods.forget('a:1');
+    methods.askAhead('a:1', question.ask, () => {});
+    expect(question.asked()).toBe(2);
+    question.answer(null); // unreachable: the next connection made asks again
+    await settled();
+    methods.askAhead('a:1', question.ask, () => {});
+    expect(question.asked()).toBe(3);
   });
 });

@@ -57,7 +57,7 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
     ownReplyTimeoutMs: 60_000,
     upstreamTimeoutMs: 0,
     lockMethod,
-    serverMethods: new ServerMethods(),
+    serverMethods: new AskedOnTheConnection(),
     cluster: null,
     log,
     stats,
@@ -65,6 +65,11 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
   };
   const session = new Session(proxyFront.asSocket(), ctx);
   return { session, stats, client, redis, atRedis: new Received(redis), atClient: new Received(client) };
+}
+
+/** The fake upstream has one connection: the version is never asked ahead on another, only on the session's. */
+class AskedOnTheConnection extends ServerMethods {
+  override askAhead(): void {}
 }
 
 const text = (bytes: Buffer) => bytes.toString('latin1');

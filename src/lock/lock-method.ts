@@ -16,9 +16,13 @@
  * no NX either.
  *
  * What one connection learns is kept for its upstream address (ServerMethods), so that the next
- * connections to it know at once. An upstream that closes a connection the client did not end
- * (a restart, a failover, CLIENT KILL) is asked again: the server behind the address may have
- * changed.
+ * connections to it know at once. It is also asked ahead, in the background, on a connection of
+ * the proxy's own (with the URL's AUTH/SELECT): when a connection to an address not known yet is
+ * made, and when the upstream closed a connection the client did not end (a restart, a failover,
+ * CLIENT KILL), since the server behind the address may have changed. A MULTI then rarely finds
+ * the method unknown, and HELLO seldom goes on the client's connection right before it (where
+ * MONITOR would show it between the client's commands); where the proxy holds no credentials,
+ * the question ahead is refused and the client's connection asks, after its own AUTH.
  */
 import { encodeCommand } from '../resp/encode.js';
 import { decodeReply, pairsOf, textOf } from '../resp/value.js';
@@ -67,17 +71,42 @@ export function methodFromHello(reply: Buffer): ServerVersion {
 /** The method each upstream address was last found to need (auto). */
 export class ServerMethods {
   private readonly byAddress = new Map<string, LockMethod>();
+  /** Addresses asked ahead right now. */
+  private readonly asking = new Set<string>();
+  /** Addresses whose question ahead was refused (no credentials of the proxy's own): the client connections ask. */
+  private readonly refused = new Set<string>();
 
   get(address: string): LockMethod | null {
     return this.byAddress.get(address) ?? null;
   }
 
-  learnt(address: string, method: LockMethod): void {
+  /** What a connection to `address` found; true when it was not known yet. */
+  learnt(address: string, method: LockMethod): boolean {
+    const known = this.byAddress.get(address);
     this.byAddress.set(address, method);
+    return known === undefined;
   }
 
-  /** The upstream closed a connection on its own: the server behind the address may have changed. */
+  /**
+   * Asks ahead, in the background, unless the method is known, asked already, or refused there
+   * since the address was last forgotten. `ask` answers what the server said, or null when it did
+   * not answer (asked again at the next connection made). `found` is told what was learnt.
+   */
+  askAhead(address: string, ask: () => Promise<ServerVersion | null>, found: (version: ServerVersion) => void): void {
+    if (this.byAddress.has(address) || this.asking.has(address) || this.refused.has(address)) return;
+    this.asking.add(address);
+    const settle = (version: ServerVersion | null): void => {
+      this.asking.delete(address);
+      if (version === null) return;
+      if (version.method === null) this.refused.add(address);
+      else if (this.learnt(address, version.method)) found(version);
+    };
+    void ask().then(settle, () => settle(null));
+  }
+
+  /** The server behind the address may have changed (it closed a connection on its own, or refused one). */
   forget(address: string): void {
     this.byAddress.delete(address);
+    this.refused.delete(address);
   }
 }

@@ -479,8 +479,10 @@ export class RequestFlow implements LockBlockPort {
     const version = methodFromHello(reply);
     if (version.method !== null) {
       this.learnt = version.method;
-      this.ctx.serverMethods.learnt(this.port.upstreamAddress, version.method);
-      this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
+      // Logged by whoever learns it first: this connection, or the question asked ahead.
+      if (this.ctx.serverMethods.learnt(this.port.upstreamAddress, version.method)) {
+        this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
+      }
     } else {
       this.versionRefused = true;
     }

@@ -18,7 +18,9 @@ import type { Logger } from '../log.js';
 import type { ProxyContext } from './context.js';
 import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
 import { RequestFlow, type RequestFlowPort } from './request-flow.js';
+import { HELLO, methodFromHello } from '../lock/lock-method.js';
 import { isReplyTypeByte } from '../resp/reply-scanner.js';
+import { askHello } from '../upstream/probe.js';
 import { UpstreamWatch } from './upstream-watch.js';
 import { DeferredWrites, WriteBatch } from './write-batch.js';
 
@@ -188,6 +190,30 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.connected = true;
     this.upstream.setTimeout(0);
     this.ctx.stats.upstreamConnected((performance.now() - this.connectStarted) / 1000);
+    this.askServerMethodAhead();
+  }
+
+  /**
+   * With --lock-method auto, the server's version is asked ahead on a connection of the proxy's
+   * own where the address's is not known (lock-method.ts), so that a MULTI seldom waits for it.
+   */
+  private askServerMethodAhead(): void {
+    const ctx = this.ctx;
+    if (ctx.lockMethod !== 'auto' || ctx.rules().rules.length === 0) return;
+    const { upstream, ownReplyTimeoutMs, log } = ctx;
+    const address = this.upstreamAddress;
+    ctx.serverMethods.askAhead(
+      address,
+      async () => {
+        const answer = await askHello(upstream, HELLO, ownReplyTimeoutMs);
+        return answer !== null && answer.address === address ? methodFromHello(answer.reply) : null;
+      },
+      (version) =>
+        log.debug(
+          { upstream: address, server: version.detail, method: version.method, asked: 'ahead' },
+          'lock method chosen from the server version',
+        ),
+    );
   }
 
   private onUpstreamTimeout(): void {
@@ -228,7 +254,10 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       return;
     }
     // Redis closed on its own (a restart, a failover, CLIENT KILL): the server behind the address may change.
-    if (!this.clientEnded && this.awaiting !== 'close') this.ctx.serverMethods.forget(this.upstreamAddress);
+    if (!this.clientEnded && this.awaiting !== 'close') {
+      this.ctx.serverMethods.forget(this.upstreamAddress);
+      this.askServerMethodAhead();
+    }
     this.toUpstream.discard();
     this.stalled = [];
     this.awaiting = null;

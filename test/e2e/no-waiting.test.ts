@@ -11,7 +11,7 @@
  *   releases the block at once, not at the hold deadline.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestProxy, type TestProxy } from '../support/proxy.js';
+import { startTestProxy, versionAskedAhead, type TestProxy } from '../support/proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { serverFacts } from '../support/server-facts.js';
@@ -42,6 +42,8 @@ beforeAll(async () => {
     startTestProxy({ upstream: open.url, holdMs: HOLD_MS, lockMethod: 'transaction' }),
   ]);
   admin = await RawClient.connect(open.port);
+  // What Redis reads is counted below: the version asked ahead is asked before.
+  await versionAskedAhead(proxyOpen);
 });
 
 afterAll(async () => {

@@ -14,6 +14,7 @@ import { resolveConfig, type Config, type ListenerTls, type UpstreamTls } from '
 import type { RuleStore } from '../../src/rules/store.js';
 import type { Stats } from '../../src/stats.js';
 import { freePortRange } from './ports.js';
+import { RawClient } from './resp.js';
 
 /** The shipped rules: every affected Stalwart release line. */
 export const STALWART_RULES = path.resolve(import.meta.dirname, '../../rules/stalwart');
@@ -160,4 +161,23 @@ function capturingLogger() {
     },
   });
   return { log: pino({ level: 'debug' }, sink), lines };
+}
+
+/**
+ * Connects once to a proxy with --lock-method auto and waits until it has asked the server's
+ * version ahead (on a connection of its own), so that a test that counts what Redis reads sees
+ * no such question later.
+ */
+export async function versionAskedAhead(proxy: TestProxy, timeoutMs = 10_000): Promise<void> {
+  const asked = (): boolean => proxy.logs().some((l) => l.msg === 'lock method chosen from the server version' && l.asked === 'ahead');
+  const client = await RawClient.connect(proxy.port);
+  try {
+    const deadline = Date.now() + timeoutMs;
+    while (!asked()) {
+      if (Date.now() > deadline) throw new Error(`the proxy did not ask the server's version ahead within ${timeoutMs} ms`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  } finally {
+    await client.close();
+  }
 }
