@@ -29,7 +29,7 @@
  */
 import { Buffer } from 'node:buffer';
 import process from 'node:process';
-import { closeAll, PING, shuffle, summarize, type LatencyResult } from './latency.js';
+import { closeAll, onReplies, PING, shuffle, summarize, type LatencyResult } from './latency.js';
 import { taskLockKey } from './lock-load.js';
 import { command, connect, type Target, type TargetName } from './processes.js';
 import { mulberry32 } from './random.js';
@@ -115,12 +115,13 @@ async function measure(options: InteractiveOptions): Promise<InteractiveResults>
       });
       resolve(results);
     };
-    sockets.forEach((socket, i) => {
-      socket.on('data', (chunk: Buffer) => {
-        // One request in flight: a chunk holds at most the one reply we wait for.
-        if (counters[i].feed(chunk) === 0) return;
-        const t1 = process.hrtime.bigint();
-        if (i !== current) return reject(new Error(`a reply from ${targets[i].name} nobody asked for`));
+    onReplies(
+      sockets,
+      counters,
+      targets,
+      () => current,
+      reject,
+      (i, t1) => {
         const request = roundTrip % VISIT_LENGTH; // 0 the PING, then the transaction's
         const timed = visits[i] - untimed;
         if (roundTrip >= VISIT_LENGTH && timed >= 0) {
@@ -142,9 +143,8 @@ async function measure(options: InteractiveOptions): Promise<InteractiveResults>
         }
         current = order[k];
         send();
-      });
-      socket.on('error', reject);
-    });
+      },
+    );
     send();
   });
 }

@@ -81,6 +81,30 @@ export function closeAll(sockets: readonly Socket[], counters: readonly ReplyCou
   return errors > 0 ? new Error(`${errors} error replies`) : null;
 }
 
+/**
+ * With one request in flight per socket (a chunk then holds at most the one reply awaited):
+ * `reply(i, t1)` when socket i has a whole reply, timed at its arrival; a reply from a socket
+ * other than `current()`'s, or a socket error, rejects.
+ */
+export function onReplies(
+  sockets: readonly Socket[],
+  counters: readonly ReplyCounter[],
+  targets: readonly Target[],
+  current: () => number,
+  reject: (error: Error) => void,
+  reply: (i: number, t1: bigint) => void,
+): void {
+  sockets.forEach((socket, i) => {
+    socket.on('data', (chunk: Buffer) => {
+      if (counters[i].feed(chunk) === 0) return;
+      const t1 = process.hrtime.bigint();
+      if (i !== current()) return reject(new Error(`a reply from ${targets[i].name} nobody asked for`));
+      reply(i, t1);
+    });
+    socket.on('error', reject);
+  });
+}
+
 /** Sorts `samples` in place. */
 export function summarize(samples: Float64Array): LatencyResult {
   samples.sort();
@@ -125,12 +149,13 @@ async function measure(options: LatencyOptions): Promise<LatencyResults> {
       targets.forEach((t, i) => (results[t.name] = summarize(samples[i])));
       resolve(results);
     };
-    sockets.forEach((socket, i) => {
-      socket.on('data', (chunk: Buffer) => {
-        // Pipeline 1: a chunk holds at most the one reply we wait for.
-        if (counters[i].feed(chunk) === 0) return;
-        const t1 = process.hrtime.bigint();
-        if (i !== current) return reject(new Error(`a reply from ${targets[i].name} nobody asked for`));
+    onReplies(
+      sockets,
+      counters,
+      targets,
+      () => current,
+      reject,
+      (i, t1) => {
         if (step >= warmup) samples[i][step - warmup] = Number(t1 - t0) / 1_000;
         k++;
         if (k === sockets.length) {
@@ -141,9 +166,8 @@ async function measure(options: LatencyOptions): Promise<LatencyResults> {
         if (step === steps) return finish();
         current = order[k];
         send();
-      });
-      socket.on('error', reject);
-    });
+      },
+    );
     send();
   });
 }
