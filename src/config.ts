@@ -12,7 +12,7 @@ import { allChecked, ConfigError, throwProblems } from './errors.js';
 import { LOG_TIMES, type LogTime } from './log.js';
 import { LOCK_METHOD_SETTINGS, type LockMethodSetting } from './lock/lock-method.js';
 import { ruleProblems, type ReleaseFilter } from './rules/loader.js';
-import { STALWART_RULES_DIR, stalwartRelease } from './rules/stalwart.js';
+import { STALWART_RULES_DIR, stalwartFleet } from './rules/stalwart.js';
 import type { RuleMode } from './rules/types.js';
 import {
   boolean,
@@ -70,7 +70,7 @@ export interface Config {
   readonly listen: Address;
   readonly upstream: UpstreamTarget;
   readonly rulePaths: readonly string[];
-  /** --stalwart: load only the rule files for this release (and those that name no release). */
+  /** --stalwart: load only the rule files for these releases (and those that name no release). */
   readonly release: ReleaseFilter | undefined;
   readonly holdMs: number;
   readonly connectTimeoutMs: number;
@@ -124,24 +124,18 @@ export interface RuleChoice {
 }
 
 /**
- * The `rules` and `stalwart` settings, as the proxy and its operator commands take them. A
- * Stalwart release that does not have the bug is refused, saying so: there is nothing to load for it.
+ * The `rules` and `stalwart` settings, as the proxy and its operator commands take them.
+ * `stalwart` lists the releases the fleet runs: the rules in force are those of each. A list
+ * with no affected release is refused, saying so: there is nothing to load for it.
  */
 export function chooseRules(settings: RawSettings): RuleChoice {
   const rules = list(settings, 'rules');
   const paths = rules !== undefined && rules.length > 0 ? rules : [DEFAULT_RULES_DIR];
-  const stalwart = text(settings, 'stalwart');
-  if (stalwart === undefined || stalwart === '') return { paths, release: undefined };
-  const release = stalwartRelease(stalwart);
-  if (release.kind === 'invalid') throw settingError(settings, 'stalwart', `stalwart: ${release.reason}`);
-  if (release.kind === 'not-affected') {
-    throw settingError(
-      settings,
-      'stalwart',
-      `stalwart: ${release.reason}; there are no lock rules to load for it (give the release of the oldest node still running)`,
-    );
-  }
-  return { paths, release: { product: 'Stalwart', version: release.version } };
+  const stalwart = list(settings, 'stalwart') ?? [];
+  if (stalwart.length === 0) return { paths, release: undefined };
+  const fleet = stalwartFleet(stalwart);
+  throwProblems(fleet.problems.map((problem) => settingError(settings, 'stalwart', `stalwart: ${problem}`)));
+  return { paths, release: { product: 'Stalwart', versions: fleet.versions } };
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

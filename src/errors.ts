@@ -10,8 +10,9 @@ export class ConfigError extends Error {
 }
 
 /**
- * Several settings are wrong at once (`check` names them all; a start stops at them): each is a
- * ConfigError of its own, in `problems`, one line of the message each. Exit code 2.
+ * Several settings or rules are wrong at once (`check` names them all; a start stops at them):
+ * each is a ConfigError or RuleFileError of its own, in `problems`, one line of the message
+ * each. Exit code 2.
  */
 export class ConfigProblems extends ConfigError {
   constructor(readonly problems: readonly Error[]) {
@@ -62,6 +63,8 @@ export class UsageError extends Error {
 /** Where in the rule files a problem is; every part but `file` is optional. */
 export interface RuleFileLocation {
   readonly file: string;
+  /** 1-based line in the file where the problem is (the field's, else the rule's). */
+  readonly line?: number | undefined;
   /** 1-based position of the rule in its file. */
   readonly rule?: number | undefined;
   /** The rule's name, when it has a valid one (makes messages easier to act on). */
@@ -72,11 +75,12 @@ export interface RuleFileLocation {
 /**
  * Any problem with the rule files: missing, unreadable, bad YAML, or an invalid rule. Exit code 2.
  * The message always starts with the location, e.g.
- * `rules/x.yaml: rule 2 ("queue-lock"): field "prefix_hex": not valid hex: "zz"`.
+ * `rules/x.yaml, line 7: rule 2 ("queue-lock"): field "prefix_hex": not valid hex: "zz"`.
  */
 export class RuleFileError extends Error {
   readonly code = 'ERULEFILE';
   readonly file: string;
+  readonly line: number | undefined;
   readonly rule: number | undefined;
   readonly field: string | undefined;
 
@@ -84,13 +88,14 @@ export class RuleFileError extends Error {
     super(`${formatLocation(where)}: ${problem}`, options);
     this.name = 'RuleFileError';
     this.file = where.file;
+    this.line = where.line;
     this.rule = where.rule;
     this.field = where.field;
   }
 }
 
-function formatLocation({ file, rule, ruleName, field }: RuleFileLocation): string {
-  let text = file;
+function formatLocation({ file, line, rule, ruleName, field }: RuleFileLocation): string {
+  let text = line === undefined ? file : `${file}, line ${line}`;
   if (rule !== undefined) {
     text += `: rule ${rule}`;
     if (ruleName !== undefined) text += ` (${JSON.stringify(ruleName)})`;

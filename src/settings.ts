@@ -39,8 +39,8 @@ export const OPTIONS = {
     help: 'rule file or directory of *.yaml files; repeatable (default: the shipped rules/stalwart/, every affected Stalwart release)',
   },
   stalwart: {
-    kind: 'string',
-    help: 'the Stalwart release the clients run, e.g. 0.15.3: load only the rule files for it (default: every affected release)',
+    kind: 'list',
+    help: 'the Stalwart releases the clients run, e.g. 0.15.3,0.16.9 (repeatable or comma-separated): load only the rule files for them (default: every affected release)',
   },
   mode: { kind: 'string', default: 'enforce', help: 'enforce (rules decide) or observe (every rule only observes)' },
   'hold-ms': { kind: 'integer', default: 10, min: 1, max: 60_000, help: 'how long an incomplete MULTI block waits for more bytes' },
@@ -236,7 +236,7 @@ ${(Object.entries(OPTIONS) as Array<[string, OptionSpec]>)
   })
   .join('\n')}
   --config FILE
-      YAML file with any of the settings above as keys (rules and sentinel as lists)
+      YAML file with any of the settings above as keys (rules, stalwart and sentinel as lists)
   --print-config
       print the effective configuration (secrets masked) and exit; fails, as check does, on any problem
   -h, --help        show this help
@@ -366,8 +366,10 @@ function fileValue(where: string, spec: OptionSpec, value: unknown): RawValue {
   switch (spec.kind) {
     case 'list':
       if (typeof value === 'string') return splitList(value);
-      if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) return wrong('a list of strings');
-      return value as string[];
+      // A number is kept as text, so that its own check says what is wrong with it (`stalwart: 0.16`).
+      if (typeof value === 'number') return [String(value)];
+      if (!Array.isArray(value) || !value.every((v) => typeof v === 'string' || typeof v === 'number')) return wrong('a list of strings');
+      return value.map(String);
     case 'boolean':
       return typeof value === 'boolean' ? value : wrong('true or false');
     case 'integer':

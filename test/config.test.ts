@@ -2,6 +2,9 @@
  * Settings: flags, REDIS_LOCK_PROXY_* environment variables, listen
  * addresses, upstream URLs, and the AUTH/SELECT the proxy sends upstream.
  */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAddress } from '../src/address.js';
 import { DEFAULT_RULES_DIR, resolveConfig, type Config } from '../src/config.js';
@@ -141,6 +144,59 @@ describe('resolveConfig', () => {
     expect(run([], { REDIS_LOCK_PROXY_RULES: 'single' }).rulePaths).toEqual(['single']);
     expect(run([], { REDIS_LOCK_PROXY_RULES: '' }).rulePaths).toEqual([DEFAULT_RULES_DIR]);
     expect(run([], { REDIS_LOCK_PROXY_RULES: ' , ' }).rulePaths).toEqual([DEFAULT_RULES_DIR]);
+  });
+
+  it('takes the Stalwart releases of a fleet from a repeated --stalwart, a comma-separated one, or the variable', () => {
+    const versions = (config: Config) => config.release?.versions;
+    const mixed = [
+      [0, 15, 3],
+      [0, 16, 9],
+    ];
+    expect(run(['--stalwart', '0.15.3', '--stalwart', '0.16.9']).release).toEqual({ product: 'Stalwart', versions: mixed });
+    expect(versions(run(['--stalwart', '0.15.3, 0.16.9']))).toEqual(mixed);
+    expect(versions(run(['--stalwart', '0.15.3,0.16.16', '--stalwart', '0.16.9']))).toEqual(mixed);
+    expect(versions(run([], { REDIS_LOCK_PROXY_STALWART: '0.15.3,0.16.9' }))).toEqual(mixed);
+    expect(run([], { REDIS_LOCK_PROXY_STALWART: ' , ' }).release).toBeUndefined();
+    // The flag wins over the variable as a whole, as for --rules.
+    expect(versions(run(['--stalwart', '0.16.9'], { REDIS_LOCK_PROXY_STALWART: '0.15.3' }))).toEqual([[0, 16, 9]]);
+  });
+
+  it('refuses every wrong --stalwart entry at once, naming each and where it came from', () => {
+    const err = configError(() => run([], { REDIS_LOCK_PROXY_STALWART: '0.15.3,0.15,0.15.3' }));
+    expect(err.message.split('\n')).toEqual([
+      'REDIS_LOCK_PROXY_STALWART: stalwart: "0.15" is not a Stalwart release number: give all three parts, e.g. 0.15.3',
+      'REDIS_LOCK_PROXY_STALWART: stalwart: Stalwart 0.15.3 is listed twice: list each release once',
+    ]);
+    expect(configError(() => run(['--stalwart', '0.16.16'])).message).toMatch(
+      /^stalwart: Stalwart 0\.16\.16 is not affected: .*list every affected release still running \(e\.g\. --stalwart 0\.15\.3,0\.16\.9/,
+    );
+  });
+
+  it('reads stalwart from the config file as a list or a comma-separated text, and says what is wrong there', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rlp-config-'));
+    try {
+      const write = (text: string) => {
+        const file = path.join(dir, 'proxy.yaml');
+        fs.writeFileSync(file, text);
+        return file;
+      };
+      const mixed = [
+        [0, 15, 3],
+        [0, 16, 9],
+      ];
+      expect(run(['--config', write('stalwart:\n  - 0.15.3\n  - 0.16.9\n')]).release?.versions).toEqual(mixed);
+      expect(run(['--config', write('stalwart: 0.15.3, 0.16.9\n')]).release?.versions).toEqual(mixed);
+      expect(run(['--config', write('stalwart: [0.15.3]\n')]).release?.versions).toEqual([[0, 15, 3]]);
+      // YAML reads 0.16 as a number: it is kept as written, for the release check to name.
+      const file = write('# fleet\nstalwart: 0.16\n');
+      expect(configError(() => run(['--config', file])).message).toBe(
+        `config file ${file}, line 2, setting "stalwart": stalwart: "0.16" is not a Stalwart release number: give all three parts, e.g. 0.15.3`,
+      );
+      const mapping = write('stalwart: {release: 0.15.3}\n');
+      expect(configError(() => run(['--config', mapping])).message).toMatch(/line 1, setting "stalwart": must be a list of strings/);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('ignores unrelated environment variables', () => {

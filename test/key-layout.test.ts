@@ -157,7 +157,7 @@ describe('describe templates', () => {
 describe('rule file errors for key and describe', () => {
   it('names the part of the key that is wrong', () => {
     expect(ruleError('    key: [{hex: "17"}, {u65: x}]\n').message).toBe(
-      'x.yaml: rule 1 ("r"): field "key[2]": unknown part type "u65": give exactly one of hex, text, u8, u32, u64, leb128, decimal, domain, bytes',
+      'x.yaml, line 3: rule 1 ("r"): field "key[2]": unknown part type "u65": give exactly one of hex, text, u8, u32, u64, leb128, decimal, domain, bytes',
     );
     expect(ruleError('    key: [{hex: "17", u8: x}]\n').message).toMatch(/field "key\[1\]": 2 part types/);
     expect(ruleError('    key: [{hex: 17}]\n').message).toMatch(

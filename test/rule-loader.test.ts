@@ -1,7 +1,7 @@
 /**
  * The rule file loader (src/rules/loader.ts): reading files and directories,
  * parsing a rule file and matching keys with it, and the error each mistake
- * in a rule file gets (naming the file, the rule and the field), with the
+ * in a rule file gets (naming the file, the line, the rule and the field), with the
  * shipped rules/stalwart/0.16.yaml read byte by byte as a worked example.
  * (Every shipped file against every release line's keys: stalwart-rules.test.ts.)
  */
@@ -9,10 +9,14 @@ import { describe, it, expect, beforeAll, afterAll } from 'vitest';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import { fileURLToPath } from 'node:url';
-import { RuleFileError } from '../src/errors.js';
-import { createRuleSet, loadRules, parseRuleFile } from '../src/rules/loader.js';
+import { problemsOf, RuleFileError } from '../src/errors.js';
+import { createRuleSet, loadRules, parseRuleFile, ruleProblems } from '../src/rules/loader.js';
+import { RuleStore } from '../src/rules/store.js';
 import type { RuleSet } from '../src/rules/types.js';
+import { Stats } from '../src/stats.js';
 
 const STALWART_016 = fileURLToPath(new URL('../rules/stalwart/0.16.yaml', import.meta.url));
 
@@ -50,8 +54,19 @@ function expectParseError(text: string, message: RegExp, where: { rule: number |
   expect(error.file).toBe('rules/x.yaml');
   expect(error.rule).toBe(where.rule);
   expect(error.field).toBe(where.field);
-  expect(error.message.startsWith('rules/x.yaml: ')).toBe(true);
+  expect(error.message.startsWith(error.line === undefined ? 'rules/x.yaml: ' : `rules/x.yaml, line ${error.line}: `)).toBe(true);
   return error;
+}
+
+/** The problems parsing `text` as `x.yaml` finds, one message each (several throw together). */
+function parseProblems(text: string): string[] {
+  try {
+    parseRuleFile(text, 'rules/x.yaml');
+  } catch (error) {
+    expect(error).toBeInstanceOf(Error);
+    return problemsOf(error as Error).map((problem) => problem.message);
+  }
+  throw new Error('expected problems, but the file parsed');
 }
 
 function makeTempDir(): string {
@@ -210,12 +225,99 @@ describe('loadRules', () => {
     const first = writeFile('dup/a.yaml', file('  - name: same\n    prefix: "a:"\n'));
     const second = writeFile('dup/b.yaml', file('  - name: other\n    prefix: "o:"\n', '  - name: same\n    prefix: "b:"\n'));
     const pattern = new RegExp(
-      `b\\.yaml: rule 2 \\("same"\\): field "name": duplicate name "same" with a different definition: ` +
+      `b\\.yaml, line 4: rule 2 \\("same"\\): field "name": duplicate name "same" with a different definition: ` +
         `already used by .*a\\.yaml rule 1`,
     );
     expect(() => loadRules([path.dirname(first)])).toThrowError(pattern);
     const error = catchRuleError(() => loadRules([path.dirname(first)]));
-    expect([error.file, error.rule, error.field]).toEqual([second, 2, 'name']);
+    expect([error.file, error.line, error.rule, error.field]).toEqual([second, 4, 2, 'name']);
+  });
+
+  it('finds every problem of every file and every rule, and refuses to load with all of them', () => {
+    const bad = writeFile(
+      'all/10-bad.yaml',
+      file(
+        '  - name: one\n    prefix_hex: 17\n',
+        '  - name: two\n    prefix: "b:"\n    mode: Enforce\n',
+        '  - name: three\n    prefix: "c:"\n    pattern: \'^(c\'\n    action: expire-always\n    describ: "a typo"\n',
+        '  - name: good\n    prefix: "g:"\n',
+      ),
+    );
+    const worse = writeFile('all/20-worse.yaml', 'rules: [\n');
+    const clash = writeFile('all/30-clash.yaml', file('  - name: good\n    prefix: "other:"\n'));
+    const problems = ruleProblems([path.dirname(bad), path.join(dir, 'all-missing')]).map((problem) => problem.message);
+    expect(problems).toEqual([
+      `${path.join(dir, 'all-missing')}: does not exist (a path of the rules setting: --rules, REDIS_LOCK_PROXY_RULES or rules in the config file)`,
+      `${bad}, line 3: rule 1 ("one"): field "prefix_hex": must be a string, got a number (17); quote hex digits so YAML keeps them as text: prefix_hex: "17"`,
+      `${bad}, line 6: rule 2 ("two"): field "mode": must be one of: enforce, observe; got "Enforce"`,
+      `${bad}, line 11: rule 3 ("three"): field "describ": unknown field (allowed: name, prefix, prefix_hex, pattern, key, describe, action, mode)`,
+      `${bad}, line 9: rule 3 ("three"): field "pattern": not a valid regular expression: Invalid regular expression: /^(c/: Unterminated group`,
+      `${bad}, line 10: rule 3 ("three"): field "action": must be one of: expire-on-create; got "expire-always"`,
+      expect.stringMatching(new RegExp(`^${escapeRegExp(worse)}: invalid YAML`)),
+      // What only the files together show, among the rules that are right.
+      `${clash}, line 2: rule 1 ("good"): field "name": duplicate name "good" with a different definition: already used by ${bad} rule 4`,
+    ]);
+    // A start (or a reload) refuses the same rules with the same list.
+    try {
+      loadRules([path.dirname(bad), path.join(dir, 'all-missing')]);
+      expect.unreachable('loadRules accepted rules with problems');
+    } catch (error) {
+      expect(problemsOf(error as Error).map((problem) => problem.message)).toEqual(problems);
+    }
+  });
+
+  it('refuses a rule for the same keys as a rule loaded before it, naming both, whichever file it is in', () => {
+    const site = writeFile(
+      'layouts/site.yaml',
+      file(
+        '  - name: site-task-lock\n    key:\n      - hex: "17"\n      - u64: id\n    describe: "task {id}"\n',
+        '  - name: site-a\n    prefix: "a:"\n    pattern: \'^a:[0-9]+$\'\n',
+        // The same bytes written another way, and the same layout with other field names: the same keys.
+        '  - name: site-a-again\n    prefix_hex: "61 3a"\n    pattern: \'^a:[0-9]+$\'\n    mode: observe\n',
+        '  - name: site-migrate\n    key: [{hex: "18 6d"}, {text: "igrate_"}, {decimal: n}, {text: "_lock"}]\n',
+      ),
+    );
+    const problems = ruleProblems([STALWART_016, site]).map((problem) => problem.message);
+    const neverMatches = 'which is loaded before it: a key goes to the first rule that matches it, so this rule can never match';
+    expect(problems).toEqual([
+      expect.stringContaining(
+        `${site}, line 2: rule 1 ("site-task-lock"): has the same key layout as rule 1 ("stalwart-task-lock") of ${STALWART_016}, line 23, ${neverMatches}`,
+      ),
+      expect.stringContaining(
+        `${site}, line 10: rule 3 ("site-a-again"): has the same prefix and pattern as rule 2 ("site-a") of ${site}, line 7, ${neverMatches}`,
+      ),
+    ]);
+    // The first in load order wins, so it is the later one that is named, shipped or not.
+    expect(ruleProblems([site, STALWART_016]).map((problem) => problem.message)[1]).toContain(
+      `${STALWART_016}, line 23: rule 1 ("stalwart-task-lock"): has the same key layout as rule 1 ("site-task-lock") of ${site}, line 2, ${neverMatches}`,
+    );
+    // The migration lock's layout, its literal bytes split differently, is the shipped rule's keys too.
+    const migrate = ruleProblems([fileURLToPath(new URL('../rules/stalwart/0.15.yaml', import.meta.url)), site]).map((p) => p.message);
+    expect(migrate.filter((message) => message.includes('"site-migrate"'))).toEqual([
+      expect.stringContaining('rule 4 ("site-migrate"): has the same key layout as rule 13 ("stalwart-migration-account-lock")'),
+    ]);
+    expect(() => loadRules([STALWART_016, site])).toThrowError(/has the same key layout/);
+  });
+
+  it('refuses a reload with every problem in its log line, and keeps the rules in force', () => {
+    const rules = writeFile('reload/rules.yaml', file('  - name: app-lock\n    prefix: "lock:"\n'));
+    const lines: Array<Record<string, unknown>> = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const line of chunk.toString('utf8').split('\n')) if (line !== '') lines.push(JSON.parse(line));
+        done();
+      },
+    });
+    const store = new RuleStore({ paths: [rules], release: undefined, mode: 'enforce' }, pino({ level: 'info' }, sink), new Stats());
+    fs.writeFileSync(rules, file('  - name: app-lock\n    prefix: "lock:"\n    mode: Enforce\n', '  - name: other\n    prefx: "o:"\n'));
+    expect(store.reload('test')).toBe(false);
+    expect(store.current.rules.map((rule) => rule.name)).toEqual(['app-lock']);
+    const refused = lines.find((line) => line.msg === 'rule reload refused; the previous rules stay in force');
+    expect(String(refused?.err).split('\n')).toEqual([
+      `${rules}, line 4: rule 1 ("app-lock"): field "mode": must be one of: enforce, observe; got "Enforce"`,
+      `${rules}, line 6: rule 2 ("other"): field "prefx": unknown field (allowed: name, prefix, prefix_hex, pattern, key, describe, action, mode)`,
+      `${rules}, line 5: rule 2 ("other"): field "prefix": is required: give "key", or exactly one of "prefix" or "prefix_hex"`,
+    ]);
   });
 });
 
@@ -321,7 +423,7 @@ describe('rule file errors', () => {
   it('refuses extra top-level keys', () => {
     expectParseError(
       `${file(ok)}rule:\n  - name: y\n`,
-      /rules\/x\.yaml: field "rule": unknown top-level key: the file may contain only "rules:" and "releases:"/,
+      /rules\/x\.yaml, line \d+: field "rule": unknown top-level key: the file may contain only "rules:" and "releases:"/,
       { rule: undefined, field: 'rule' },
     );
   });
@@ -345,15 +447,15 @@ describe('rule file errors', () => {
   });
 
   it('refuses a missing, empty or non-list rules key', () => {
-    expectParseError('other: 1\n', /rules\/x\.yaml: field "other": unknown top-level key/, {
-      rule: undefined,
-      field: 'other',
-    });
-    expectParseError('rules: []\n', /rules\/x\.yaml: field "rules": must be a non-empty list of rules, got a list/, {
+    expect(parseProblems('other: 1\n')).toEqual([
+      'rules/x.yaml, line 1: field "other": unknown top-level key: the file may contain only "rules:" and "releases:"',
+      'rules/x.yaml, line 1: field "rules": must be a non-empty list of rules, got nothing',
+    ]);
+    expectParseError('rules: []\n', /rules\/x\.yaml, line \d+: field "rules": must be a non-empty list of rules, got a list/, {
       rule: undefined,
       field: 'rules',
     });
-    expectParseError('rules:\n', /rules\/x\.yaml: field "rules": must be a non-empty list of rules, got nothing/, {
+    expectParseError('rules:\n', /rules\/x\.yaml, line \d+: field "rules": must be a non-empty list of rules, got nothing/, {
       rule: undefined,
       field: 'rules',
     });
@@ -364,7 +466,7 @@ describe('rule file errors', () => {
   });
 
   it('refuses a rule that is not a mapping', () => {
-    expectParseError(file(ok, '  - just-a-name\n'), /rules\/x\.yaml: rule 2: must be a mapping .*got the text "just-a-name"/, {
+    expectParseError(file(ok, '  - just-a-name\n'), /rules\/x\.yaml, line \d+: rule 2: must be a mapping .*got the text "just-a-name"/, {
       rule: 2,
       field: undefined,
     });
@@ -372,21 +474,26 @@ describe('rule file errors', () => {
 
   it('refuses unknown fields, naming them', () => {
     expectParseError(
-      file(ok, '  - name: typo\n    prefx: "a:"\n'),
-      /rules\/x\.yaml: rule 2 \("typo"\): field "prefx": unknown field \(allowed: name, prefix, prefix_hex, pattern, key, describe, action, mode\)/,
+      file(ok, '  - name: typo\n    prefix: "a:"\n    prefx: "a:"\n'),
+      /rules\/x\.yaml, line 6: rule 2 \("typo"\): field "prefx": unknown field \(allowed: name, prefix, prefix_hex, pattern, key, describe, action, mode\)/,
       { rule: 2, field: 'prefx' },
     );
+    // The misspelt field is not read: the one meant is missing too.
+    expect(parseProblems(file(ok, '  - name: typo\n    prefx: "a:"\n'))).toEqual([
+      'rules/x.yaml, line 5: rule 2 ("typo"): field "prefx": unknown field (allowed: name, prefix, prefix_hex, pattern, key, describe, action, mode)',
+      'rules/x.yaml, line 4: rule 2 ("typo"): field "prefix": is required: give "key", or exactly one of "prefix" or "prefix_hex"',
+    ]);
   });
 
   it('refuses a missing name', () => {
-    expectParseError(file(ok, '  - prefix: "a:"\n'), /rules\/x\.yaml: rule 2: field "name": is required/, {
+    expectParseError(file(ok, '  - prefix: "a:"\n'), /rules\/x\.yaml, line \d+: rule 2: field "name": is required/, {
       rule: 2,
       field: 'name',
     });
   });
 
   it('refuses an empty name', () => {
-    expectParseError(file('  - name: ""\n    prefix: "a:"\n'), /rules\/x\.yaml: rule 1: field "name": is empty/, {
+    expectParseError(file('  - name: ""\n    prefix: "a:"\n'), /rules\/x\.yaml, line \d+: rule 1: field "name": is empty/, {
       rule: 1,
       field: 'name',
     });
@@ -395,7 +502,7 @@ describe('rule file errors', () => {
   it('refuses a name with bad characters', () => {
     expectParseError(
       file('  - name: "my lock"\n    prefix: "a:"\n'),
-      /rules\/x\.yaml: rule 1: field "name": may only contain letters, digits, "_", "\." and "-", got "my lock"/,
+      /rules\/x\.yaml, line \d+: rule 1: field "name": may only contain letters, digits, "_", "\." and "-", got "my lock"/,
       { rule: 1, field: 'name' },
     );
   });
@@ -403,7 +510,7 @@ describe('rule file errors', () => {
   it('refuses a name that is not a string', () => {
     expectParseError(
       file('  - name: 123\n    prefix: "a:"\n'),
-      /rules\/x\.yaml: rule 1: field "name": must be a string, got a number \(123\); quote the value/,
+      /rules\/x\.yaml, line \d+: rule 1: field "name": must be a string, got a number \(123\); quote the value/,
       { rule: 1, field: 'name' },
     );
   });
@@ -411,7 +518,7 @@ describe('rule file errors', () => {
   it('refuses duplicate names in one file, saying where the first was', () => {
     expectParseError(
       file(ok, '  - name: ok-rule\n    prefix: "other:"\n'),
-      /rules\/x\.yaml: rule 2 \("ok-rule"\): field "name": duplicate name "ok-rule": already used by rules\/x\.yaml rule 1/,
+      /rules\/x\.yaml, line \d+: rule 2 \("ok-rule"\): field "name": duplicate name "ok-rule": already used by rules\/x\.yaml rule 1/,
       { rule: 2, field: 'name' },
     );
   });
@@ -420,7 +527,7 @@ describe('rule file errors', () => {
     const a = parseRuleFile(file(ok), 'rules/a.yaml').rules;
     const b = parseRuleFile(file('  - name: ok-rule\n    prefix: "other:"\n'), 'rules/b.yaml').rules;
     expect(() => createRuleSet([...a, ...b], ['rules/a.yaml', 'rules/b.yaml'])).toThrowError(
-      /^rules\/b\.yaml: rule 1 \("ok-rule"\): field "name": duplicate name "ok-rule" with a different definition: already used by rules\/a\.yaml rule 1$/,
+      /^rules\/b\.yaml, line 2: rule 1 \("ok-rule"\): field "name": duplicate name "ok-rule" with a different definition: already used by rules\/a\.yaml rule 1$/,
     );
     const error = catchRuleError(() => createRuleSet([...a, ...b], []));
     expect([error.code, error.file, error.rule, error.field]).toEqual(['ERULEFILE', 'rules/b.yaml', 1, 'name']);
@@ -443,7 +550,7 @@ describe('rule file errors', () => {
   it('refuses both prefix and prefix_hex', () => {
     expectParseError(
       file('  - name: both\n    prefix: "a:"\n    prefix_hex: "61"\n'),
-      /rules\/x\.yaml: rule 1 \("both"\): field "prefix_hex": cannot be combined with "prefix": give exactly one of them/,
+      /rules\/x\.yaml, line \d+: rule 1 \("both"\): field "prefix_hex": cannot be combined with "prefix": give exactly one of them/,
       { rule: 1, field: 'prefix_hex' },
     );
   });
@@ -451,7 +558,7 @@ describe('rule file errors', () => {
   it('refuses neither prefix nor prefix_hex', () => {
     expectParseError(
       file("  - name: neither\n    pattern: '^a'\n"),
-      /rules\/x\.yaml: rule 1 \("neither"\): field "prefix": is required: give "key", or exactly one of "prefix" or "prefix_hex"/,
+      /rules\/x\.yaml, line \d+: rule 1 \("neither"\): field "prefix": is required: give "key", or exactly one of "prefix" or "prefix_hex"/,
       { rule: 1, field: 'prefix' },
     );
   });
@@ -459,7 +566,7 @@ describe('rule file errors', () => {
   it('refuses an empty prefix without a pattern', () => {
     expectParseError(
       file('  - name: all\n    prefix: ""\n'),
-      /rules\/x\.yaml: rule 1 \("all"\): field "prefix": is empty and there is no pattern: the rule would match every key/,
+      /rules\/x\.yaml, line \d+: rule 1 \("all"\): field "prefix": is empty and there is no pattern: the rule would match every key/,
       { rule: 1, field: 'prefix' },
     );
     expectParseError(
@@ -472,7 +579,7 @@ describe('rule file errors', () => {
   it('refuses prefix_hex that is not hex', () => {
     expectParseError(
       file(ok, '  - name: queue-lock\n    prefix_hex: "zz"\n'),
-      /^rules\/x\.yaml: rule 2 \("queue-lock"\): field "prefix_hex": not valid hex: "zz"$/,
+      /^rules\/x\.yaml, line \d+: rule 2 \("queue-lock"\): field "prefix_hex": not valid hex: "zz"$/,
       { rule: 2, field: 'prefix_hex' },
     );
     expectParseError(
@@ -485,7 +592,7 @@ describe('rule file errors', () => {
   it('refuses prefix_hex with an odd number of digits', () => {
     expectParseError(
       file('  - name: odd\n    prefix_hex: "abc"\n'),
-      /rules\/x\.yaml: rule 1 \("odd"\): field "prefix_hex": odd number of hex digits in "abc"/,
+      /rules\/x\.yaml, line \d+: rule 1 \("odd"\): field "prefix_hex": odd number of hex digits in "abc"/,
       { rule: 1, field: 'prefix_hex' },
     );
     expectParseError(
@@ -498,7 +605,7 @@ describe('rule file errors', () => {
   it('refuses unquoted hex that YAML reads as a number, showing it as written', () => {
     expectParseError(
       file('  - name: num\n    prefix_hex: 0x17\n'),
-      /rules\/x\.yaml: rule 1 \("num"\): field "prefix_hex": must be a string, got a number \(0x17\); quote hex digits so YAML keeps them as text: prefix_hex: "17"$/,
+      /rules\/x\.yaml, line \d+: rule 1 \("num"\): field "prefix_hex": must be a string, got a number \(0x17\); quote hex digits so YAML keeps them as text: prefix_hex: "17"$/,
       { rule: 1, field: 'prefix_hex' },
     );
     expectParseError(
@@ -511,7 +618,7 @@ describe('rule file errors', () => {
   it('refuses a text prefix that is not a string', () => {
     expectParseError(
       file('  - name: num\n    prefix: 23\n'),
-      /rules\/x\.yaml: rule 1 \("num"\): field "prefix": must be a string, got a number \(23\); quote the value so YAML keeps it as text: prefix: "23"/,
+      /rules\/x\.yaml, line \d+: rule 1 \("num"\): field "prefix": must be a string, got a number \(23\); quote the value so YAML keeps it as text: prefix: "23"/,
       { rule: 1, field: 'prefix' },
     );
     expectParseError(file('  - name: list\n    prefix: [a, b]\n'), /rule 1 \("list"\): field "prefix": must be a string, got a list$/, {
@@ -527,7 +634,7 @@ describe('rule file errors', () => {
   it('refuses a pattern that is not a string', () => {
     expectParseError(
       file('  - name: pat\n    prefix: "a"\n    pattern: true\n'),
-      /rules\/x\.yaml: rule 1 \("pat"\): field "pattern": must be a string, got a boolean \(true\)/,
+      /rules\/x\.yaml, line \d+: rule 1 \("pat"\): field "pattern": must be a string, got a boolean \(true\)/,
       { rule: 1, field: 'pattern' },
     );
   });
@@ -535,7 +642,7 @@ describe('rule file errors', () => {
   it('refuses an invalid regex, including the JS error', () => {
     expectParseError(
       file('  - name: pat\n    prefix: "a"\n    pattern: \'^(a\'\n'),
-      /rules\/x\.yaml: rule 1 \("pat"\): field "pattern": not a valid regular expression: Invalid regular expression: \/\^\(a\/: Unterminated group/,
+      /rules\/x\.yaml, line \d+: rule 1 \("pat"\): field "pattern": not a valid regular expression: Invalid regular expression: \/\^\(a\/: Unterminated group/,
       { rule: 1, field: 'pattern' },
     );
   });
@@ -543,7 +650,7 @@ describe('rule file errors', () => {
   it('refuses an empty pattern', () => {
     expectParseError(
       file('  - name: pat\n    prefix: ""\n    pattern: ""\n'),
-      /rules\/x\.yaml: rule 1 \("pat"\): field "pattern": is empty/,
+      /rules\/x\.yaml, line \d+: rule 1 \("pat"\): field "pattern": is empty/,
       { rule: 1, field: 'pattern' },
     );
   });
@@ -551,7 +658,7 @@ describe('rule file errors', () => {
   it('refuses an unknown action, listing the allowed ones', () => {
     expectParseError(
       file('  - name: act\n    prefix: "a"\n    action: expire-always\n'),
-      /rules\/x\.yaml: rule 1 \("act"\): field "action": must be one of: expire-on-create; got "expire-always"/,
+      /rules\/x\.yaml, line \d+: rule 1 \("act"\): field "action": must be one of: expire-on-create; got "expire-always"/,
       { rule: 1, field: 'action' },
     );
   });
@@ -559,19 +666,24 @@ describe('rule file errors', () => {
   it('refuses an unknown mode, listing the allowed ones', () => {
     expectParseError(
       file('  - name: m\n    prefix: "a"\n    mode: Enforce\n'),
-      /rules\/x\.yaml: rule 1 \("m"\): field "mode": must be one of: enforce, observe; got "Enforce"/,
+      /rules\/x\.yaml, line \d+: rule 1 \("m"\): field "mode": must be one of: enforce, observe; got "Enforce"/,
       { rule: 1, field: 'mode' },
     );
   });
 
   it('names the rule only by number when its name is invalid', () => {
-    expectParseError(file('  - name: "bad name"\n    prefix_hex: "zz"\n'), /^rules\/x\.yaml: rule 1: field "name": may only contain/, {
-      rule: 1,
-      field: 'name',
-    });
-    expectParseError(file('  - name: 7\n    prefx: "a"\n'), /^rules\/x\.yaml: rule 1: field "prefx": unknown field/, {
-      rule: 1,
-      field: 'prefx',
-    });
+    expect(parseProblems(file('  - name: "bad name"\n    prefix_hex: "zz"\n'))).toEqual([
+      'rules/x.yaml, line 2: rule 1: field "name": may only contain letters, digits, "_", "." and "-", got "bad name"',
+      'rules/x.yaml, line 3: rule 1: field "prefix_hex": not valid hex: "zz"',
+    ]);
+    expect(parseProblems(file('  - name: 7\n    prefx: "a"\n'))).toEqual([
+      'rules/x.yaml, line 3: rule 1: field "prefx": unknown field (allowed: name, prefix, prefix_hex, pattern, key, describe, action, mode)',
+      'rules/x.yaml, line 2: rule 1: field "name": must be a string, got a number (7); quote the value so YAML keeps it as text: name: "7"',
+      'rules/x.yaml, line 2: rule 1: field "prefix": is required: give "key", or exactly one of "prefix" or "prefix_hex"',
+    ]);
   });
 });
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}

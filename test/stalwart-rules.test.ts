@@ -16,7 +16,7 @@ import { chooseRules } from '../src/config.js';
 import { describeLockKey } from '../src/lock-keys/read.js';
 import { createRuleSet, loadRules, parseRuleFile } from '../src/rules/loader.js';
 import { formatRange } from '../src/rules/releases.js';
-import { shippedStalwartFiles, STALWART_RULES_DIR, stalwartRelease } from '../src/rules/stalwart.js';
+import { shippedStalwartFiles, STALWART_RULES_DIR, stalwartFleet, stalwartRelease } from '../src/rules/stalwart.js';
 import { releasesText } from '../src/rules/store.js';
 import { ALL_WINDOWED, leb128, RELEASE_LINES } from './support/stalwart-releases.js';
 
@@ -118,7 +118,7 @@ describe('safety of the default for every line at once', () => {
     const key = Buffer.concat([Buffer.from([0x17, 0x01]), leb128(2 ** 21), leb128(2 ** 14)]);
     const task = key.readBigUInt64BE(1);
     expect(describeLockKey(key, ALL)).toBe(`Bayes training task (account ${2 ** 21}, document ${2 ** 14}) or task ${task}`);
-    expect(describeLockKey(key, loadRules([STALWART_RULES_DIR], { product: 'Stalwart', version: [0, 16, 3] }))).toBe(`task ${task}`);
+    expect(describeLockKey(key, loadRules([STALWART_RULES_DIR], { product: 'Stalwart', versions: [[0, 16, 3]] }))).toBe(`task ${task}`);
   });
 });
 
@@ -168,3 +168,95 @@ describe('--stalwart VERSION', () => {
     );
   });
 });
+
+describe('--stalwart with several releases (a fleet in a rolling upgrade)', () => {
+  const rulesFor = (...versions: string[]) => {
+    const choice = chooseRules({ stalwart: versions });
+    return loadRules(choice.paths, choice.release);
+  };
+  const names = (set: { rules: readonly { name: string }[] }) => set.rules.map((rule) => rule.name);
+
+  it('loads the union of the releases’ rules, each rule once, and names every release covered', () => {
+    const only015 = rulesFor('0.15.3');
+    const only016 = rulesFor('0.16.9');
+    const both = rulesFor('0.15.3', '0.16.9');
+    expect(both.files).toEqual([fileOf('0.15.yaml'), fileOf('0.16.yaml')]);
+    expect(releasesText(both)).toBe('Stalwart 0.15.0 - 0.15.5, Stalwart 0.16.0 - 0.16.15');
+    // The queue lock is one lock in both lines: one rule.
+    expect(names(both)).toEqual([...new Set([...names(only015), ...names(only016)])]);
+    expect(names(both).filter((name) => name === 'stalwart-queue-lock')).toHaveLength(1);
+    for (const name of ['stalwart-index-task-0.15', 'stalwart-housekeeper-data', 'stalwart-migration-core-lock', 'stalwart-task-lock']) {
+      expect(names(both)).toContain(name);
+    }
+    // Every key of either line is protected by the rule its own line has.
+    for (const line of RELEASE_LINES.filter((one) => ['0.15.yaml', '0.16.yaml'].includes(one.file))) {
+      for (const kind of line.locks) expect(both.match(kind.example.key)?.name, kind.purpose).toBe(kind.rule);
+    }
+    // A comma-separated value and a repeated flag say the same.
+    expect(names(rulesFor('0.16.9,0.15.3'))).toEqual(names(rulesFor('0.16.9', '0.15.3')));
+  });
+
+  it('lists every affected line to get every shipped rule, as the default does', () => {
+    const every = rulesFor(...RELEASE_LINES.map((line) => line.last));
+    expect(names(every).sort()).toEqual(names(ALL).sort());
+    expect(releasesText(every)).toBe(releasesText(ALL));
+  });
+
+  it('takes a release without the bug beside affected ones, adding no rule; alone it is refused, saying what to give', () => {
+    expect(names(rulesFor('0.15.3', '0.16.9', '0.16.16'))).toEqual(names(rulesFor('0.15.3', '0.16.9')));
+    expect(names(rulesFor('0.8.0', '0.9.4'))).toEqual(['stalwart-purge-account-text']);
+    expect(thrownMessage(() => chooseRules({ stalwart: '0.16.16' }))).toBe(
+      'stalwart: Stalwart 0.16.16 is not affected: from 0.16.16 on it takes its locks with SET NX EX, whose expiry a failed ' +
+        'attempt does not push forward; there are no lock rules to load for it. While nodes of affected releases still run, ' +
+        'list every affected release still running (e.g. --stalwart 0.15.3,0.16.9; 0.16.16 may be listed with them), ' +
+        'or give no --stalwart at all, which loads the rules of every affected release',
+    );
+    expect(stalwartFleet(['0.16.16', '0.7.0']).problems).toEqual([
+      expect.stringMatching(
+        /^Stalwart 0\.16\.16 is not affected: .*; Stalwart 0\.7\.0 is not affected: .*no lock rules to load for them\. /,
+      ),
+    ]);
+  });
+
+  it('refuses a release listed twice and one that is not a release, naming each', () => {
+    expect(stalwartFleet(['0.15.3', 'v0.15.3', '0.16', '0.16.9', 'latest'])).toEqual({
+      versions: [
+        [0, 15, 3],
+        [0, 16, 9],
+      ],
+      problems: [
+        'Stalwart 0.15.3 is listed twice: list each release once',
+        '"0.16" is not a Stalwart release number: give all three parts, e.g. 0.15.3',
+        '"latest" is not a Stalwart release number: give all three parts, e.g. 0.15.3',
+      ],
+    });
+    // Two releases of one line are two nodes' releases, not a repeat.
+    expect(names(rulesFor('0.15.1', '0.15.3'))).toEqual(names(rulesFor('0.15.3')));
+  });
+
+  it('names each release no rule file is for', () => {
+    const choice = chooseRules({ stalwart: ['0.15.3', '0.10.9', '0.16.9'] });
+    expect(() => loadRules(choice.paths, choice.release)).toThrow(/no rule file here is for Stalwart 0\.10\.9 \(the files are for /);
+    const own = mkdtempSync(path.join(os.tmpdir(), 'rlp-own-rules-'));
+    try {
+      writeFileSync(path.join(own, 'app.yaml'), 'releases: App 1.0.0 - 1.9.9\nrules:\n  - name: app-lock\n    prefix: "lock:"\n');
+      const mine = chooseRules({ rules: [own], stalwart: '0.15.3,0.16.9' });
+      expect(thrownMessage(() => loadRules(mine.paths, mine.release))).toBe(
+        `${own}: no rule file here is for Stalwart 0.15.3 (the files are for App 1.0.0 - 1.9.9)\n` +
+          `${own}: no rule file here is for Stalwart 0.16.9 (the files are for App 1.0.0 - 1.9.9)`,
+      );
+    } finally {
+      rmSync(own, { recursive: true, force: true });
+    }
+  });
+});
+
+/** The message of what `call` throws. */
+function thrownMessage(call: () => unknown): string {
+  try {
+    call();
+  } catch (error) {
+    return (error as Error).message;
+  }
+  throw new Error('expected an error, nothing was thrown');
+}

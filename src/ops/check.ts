@@ -6,8 +6,8 @@
  * a reload refuses (the old rules stay) would stop the next start.
  *
  * Output: `check: OK: ...` on stdout and exit 0, with any warning a start would log on stderr;
- * or each problem on a line of its own on stderr (file, line and key; file, rule and field) and
- * exit 2. It opens no port and asks no server: a port in use or an upstream that does not answer
+ * or every problem, each on a line of its own on stderr (a config file's: file, line and key; a
+ * rule file's: file, line, rule and field; every rule of every file is checked), and exit 2. It opens no port and asks no server: a port in use or an upstream that does not answer
  * show only at the start itself.
  */
 import { formatAddress } from '../address.js';
@@ -26,7 +26,8 @@ its flags, its REDIS_LOCK_PROXY_* environment variables, its config file
 (--config FILE, or REDIS_LOCK_PROXY_CONFIG) and every rule file these name.
 Give it the same options and environment as the proxy. Prints one line,
 "check: OK: ..." (exit 0), or every problem on a line of its own, naming the
-file, the line and the key, or the file, the rule and the field (exit 2).
+file, the line and the key, or the file, the line, the rule and the field
+(exit 2).
 It opens no port and asks no server.
 
 Use it before a restart or a reload (systemctl reload runs it first in the

@@ -1,9 +1,10 @@
 /**
  * One rule of a rule file, from its YAML mapping to a validated Rule. Every error names the file,
- * the rule (by number, and by name once that is known to be valid) and the field.
+ * the line, the rule (by number, and by name once that is known to be valid) and the field; a
+ * rule with several wrong fields is refused with every one of them.
  */
-import { isScalar, type Document } from 'yaml';
-import { RuleFileError } from '../errors.js';
+import { isNode, isScalar, type Document, type LineCounter } from 'yaml';
+import { RuleFileError, throwProblems } from '../errors.js';
 import { parseDescription } from './key-description.js';
 import { parseHexBytes, parseKeyLayout, type KeyLayout } from './key-layout.js';
 import type { Rule, RuleAction, RuleMode } from './types.js';
@@ -13,31 +14,74 @@ const ACTIONS: readonly RuleAction[] = ['expire-on-create'];
 const MODES: readonly RuleMode[] = ['enforce', 'observe'];
 const NAME_SYNTAX = /^[A-Za-z0-9_.-]+$/;
 
+/** A rule file's parsed YAML, with what it takes to say on which line a node is. */
+export class RuleFileText {
+  constructor(
+    readonly file: string,
+    readonly doc: Document,
+    private readonly lines: LineCounter,
+  ) {}
+
+  /**
+   * The 1-based line of the node at `path` (e.g. ['rules', 1, 'key', 2]); where there is no such
+   * node (a field that is missing), the line of the nearest node above it.
+   */
+  lineAt(path: readonly (string | number)[]): number | undefined {
+    for (let length = path.length; length >= 0; length--) {
+      const node = length === 0 ? this.doc.contents : this.doc.getIn(path.slice(0, length), true);
+      const offset = isNode(node) ? node.range?.[0] : undefined;
+      if (offset !== undefined) return this.lines.linePos(offset).line;
+    }
+    return undefined;
+  }
+}
+
 /** What a rule's validation needs to word its errors. */
 export class RuleContext {
   /** Set once the rule's name is known to be valid, so later errors can show it. */
   ruleName: string | undefined;
 
   constructor(
-    readonly file: string,
+    readonly text: RuleFileText,
     readonly index: number,
-    private readonly doc: Document,
   ) {}
 
+  get file(): string {
+    return this.text.file;
+  }
+
+  /** The line the rule starts on. */
+  get line(): number | undefined {
+    return this.text.lineAt(['rules', this.index - 1]);
+  }
+
   error(field: string | undefined, problem: string): RuleFileError {
-    const where = { file: this.file, rule: this.index, ruleName: this.ruleName, field };
+    const line = this.text.lineAt(['rules', this.index - 1, ...fieldPath(field)]);
+    const where = { file: this.file, line, rule: this.index, ruleName: this.ruleName, field };
     return new RuleFileError(where, problem);
   }
 
   /** The field's value as written in the file (e.g. "0x17" for a number YAML read as 23). */
   writtenText(field: string): string | undefined {
-    const node = this.doc.getIn(['rules', this.index - 1, field], true);
+    const node = this.text.doc.getIn(['rules', this.index - 1, field], true);
     return isScalar(node) && typeof node.source === 'string' ? node.source : undefined;
   }
 }
 
+/** "key[3]" → ['key', 2]; "prefix" → ['prefix']; no field → []. */
+function fieldPath(field: string | undefined): (string | number)[] {
+  if (field === undefined) return [];
+  const part = /^(.*)\[(\d+)\]$/.exec(field);
+  return part === null ? [field] : [part[1], Number(part[2]) - 1];
+}
+
 type Fields = Record<string, unknown>;
 
+/**
+ * Validates one rule. Each field is checked on its own, so that a rule with several mistakes is
+ * refused with all of them (a ConfigProblems of RuleFileErrors; one alone is thrown as it is);
+ * only a check that needs another field's value waits for that field to be right.
+ */
 export function parseRule(item: unknown, ctx: RuleContext): Rule {
   if (!isMapping(item)) {
     throw ctx.error(undefined, `must be a mapping with name and key, prefix or prefix_hex, got ${describeValue(item)}`);
@@ -46,21 +90,41 @@ export function parseRule(item: unknown, ctx: RuleContext): Rule {
   if (typeof item['name'] === 'string' && NAME_SYNTAX.test(item['name'])) {
     ctx.ruleName = item['name'];
   }
-  rejectUnknownFields(item, ctx);
+  const problems: RuleFileError[] = [];
+  const checked = <T>(check: () => T): T | undefined => {
+    try {
+      return check();
+    } catch (error) {
+      if (!(error instanceof RuleFileError)) throw error;
+      problems.push(error);
+      return undefined;
+    }
+  };
 
-  const name = parseName(item, ctx);
-  const key = Object.hasOwn(item, 'key') ? parseKey(item, ctx) : undefined;
-  const prefix = key?.prefix ?? parsePrefix(item, ctx);
-  const pattern = parsePattern(item, ctx);
-  if (prefix.length === 0 && pattern === undefined) {
+  problems.push(...unknownFields(item, ctx));
+  const name = checked(() => parseName(item, ctx));
+  const hasKey = Object.hasOwn(item, 'key');
+  const key = hasKey ? checked(() => parseKey(item, ctx)) : undefined;
+  // With `key`, prefix and pattern are refused by parseKey; without, they say what the rule matches.
+  const prefix = hasKey ? key?.prefix : checked(() => parsePrefix(item, ctx));
+  const beforePattern = problems.length;
+  const pattern = hasKey ? undefined : checked(() => parsePattern(item, ctx));
+  if (prefix !== undefined && prefix.length === 0 && pattern === undefined && problems.length === beforePattern) {
     const field = Object.hasOwn(item, 'prefix_hex') ? 'prefix_hex' : 'prefix';
-    throw ctx.error(field, 'is empty and there is no pattern: the rule would match every key');
+    problems.push(ctx.error(field, 'is empty and there is no pattern: the rule would match every key'));
   }
-  const describe = Object.hasOwn(item, 'describe')
-    ? parseDescription(requireString(item, 'describe', ctx), key, (problem) => ctx.error('describe', problem))
-    : undefined;
-  const action = parseChoice(item, 'action', ACTIONS, 'expire-on-create', ctx);
-  const mode = parseChoice(item, 'mode', MODES, 'enforce', ctx);
+  // A description is read against the key's fields: with a wrong key there are none to check it by.
+  const describe =
+    Object.hasOwn(item, 'describe') && (!hasKey || key !== undefined)
+      ? checked(() => parseDescription(requireString(item, 'describe', ctx), key, (problem) => ctx.error('describe', problem)))
+      : undefined;
+  const action = checked(() => parseChoice(item, 'action', ACTIONS, 'expire-on-create', ctx));
+  const mode = checked(() => parseChoice(item, 'mode', MODES, 'enforce', ctx));
+  throwProblems(problems);
+  // With no problem, every check returned its value.
+  if (name === undefined || prefix === undefined || action === undefined || mode === undefined) {
+    throw new Error(`rule ${ctx.index} of ${ctx.file} was checked without a problem, yet a field is missing`);
+  }
 
   const definition = JSON.stringify({
     prefix: prefix.toString('hex'),
@@ -70,17 +134,26 @@ export function parseRule(item: unknown, ctx: RuleContext): Rule {
     action,
     mode,
   });
-  return Object.freeze({ name, prefix, pattern, key, describe, action, mode, source: `${ctx.file}#${ctx.index}`, definition });
+  return Object.freeze({
+    name,
+    prefix,
+    pattern,
+    key,
+    describe,
+    action,
+    mode,
+    source: `${ctx.file}#${ctx.index}`,
+    line: ctx.line,
+    definition,
+  });
 }
 
 /** Typos like `prefx` must fail loudly: silently ignoring one would leave keys unprotected. */
-function rejectUnknownFields(item: Fields, ctx: RuleContext): void {
+function unknownFields(item: Fields, ctx: RuleContext): RuleFileError[] {
   const known: readonly string[] = RULE_FIELDS;
-  for (const field of Object.keys(item)) {
-    if (!known.includes(field)) {
-      throw ctx.error(field, `unknown field (allowed: ${RULE_FIELDS.join(', ')})`);
-    }
-  }
+  return Object.keys(item)
+    .filter((field) => !known.includes(field))
+    .map((field) => ctx.error(field, `unknown field (allowed: ${RULE_FIELDS.join(', ')})`));
 }
 
 function parseName(item: Fields, ctx: RuleContext): string {

@@ -6,7 +6,8 @@
  * MULTI / INCRBY / EXPIRE / EXEC; 0.16.16 and later use SET NX EX (upstream commit 4df2a667),
  * and releases before 0.8.1 take no such lock in Redis. Loading the whole directory covers every
  * affected release at once: no lock rule of any line matches a windowed counter of any line.
- * `--stalwart VERSION` narrows the loaded files to those whose `releases:` name VERSION.
+ * `--stalwart VERSION[,VERSION...]` narrows the loaded files to those whose `releases:` name one
+ * of the releases listed: the releases a fleet runs, several during a rolling upgrade.
  */
 import { readdirSync } from 'node:fs';
 import path from 'node:path';
@@ -49,6 +50,49 @@ export function stalwartRelease(text: string): StalwartRelease {
     };
   }
   return { kind: 'affected', version };
+}
+
+/** What a `--stalwart` list says: the affected releases to load the rules of, and every problem with it. */
+export interface StalwartFleet {
+  readonly versions: readonly Version[];
+  readonly problems: readonly string[];
+}
+
+/**
+ * Reads the releases a fleet runs (`0.15.3`, `0.16.9`, ...), each listed once. A release without
+ * the bug may be listed with affected ones (nodes already upgraded) and adds no rules; listed
+ * without any affected one, there is nothing to load, and the reason says what a fleet that
+ * still runs older nodes should give instead.
+ */
+export function stalwartFleet(entries: readonly string[]): StalwartFleet {
+  const problems: string[] = [];
+  const versions: Version[] = [];
+  const unaffected: string[] = [];
+  const seen = new Set<string>();
+  for (const entry of entries) {
+    const release = stalwartRelease(entry);
+    if (release.kind === 'invalid') {
+      problems.push(release.reason);
+      continue;
+    }
+    const shown = formatVersion(parseVersion(entry) as Version);
+    if (seen.has(shown)) {
+      problems.push(`Stalwart ${shown} is listed twice: list each release once`);
+      continue;
+    }
+    seen.add(shown);
+    if (release.kind === 'affected') versions.push(release.version);
+    else unaffected.push(release.reason);
+  }
+  if (problems.length === 0 && versions.length === 0 && unaffected.length > 0) {
+    problems.push(
+      `${unaffected.join('; ')}; there are no lock rules to load for ${unaffected.length === 1 ? 'it' : 'them'}. ` +
+        'While nodes of affected releases still run, list every affected release still running ' +
+        `(e.g. --stalwart 0.15.3,0.16.9; ${formatVersion(FIXED_IN)} may be listed with them), ` +
+        'or give no --stalwart at all, which loads the rules of every affected release',
+    );
+  }
+  return { versions, problems };
 }
 
 /** The shipped per-line rule files, in load order. */

@@ -34,6 +34,8 @@ export interface Rule {
   readonly mode: RuleMode;
   /** Where the rule came from, for error messages and logs: "path/to/file.yaml#2" (1-based). */
   readonly source: string;
+  /** The line the rule starts on in its file, for error messages. */
+  readonly line: number | undefined;
   /**
    * What the rule does, as canonical text: a rule repeated word for word in several files (a lock
    * kind shared by several release lines) is loaded once; the same name meaning two things is refused.

@@ -365,7 +365,7 @@ describe('startup failures', () => {
     const exit = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url, '--rules', file]);
     expect(exit.code).toBe(2);
     expect(exit.stdout).toBe('');
-    expect(exit.stderr).toContain(`redis-lock-proxy: ${file}: rule 2 ("unquoted-hex"): field "prefix_hex": `);
+    expect(exit.stderr).toContain(`redis-lock-proxy: ${file}, line 5: rule 2 ("unquoted-hex"): field "prefix_hex": `);
     expect(exit.stderr).toContain('prefix_hex: "17"'); // the hint
   });
 
@@ -374,7 +374,9 @@ describe('startup failures', () => {
     expect(fixed.code).toBe(2);
     expect(fixed.stderr).toBe(
       'redis-lock-proxy: stalwart: Stalwart 0.16.16 is not affected: from 0.16.16 on it takes its locks with SET NX EX, ' +
-        'whose expiry a failed attempt does not push forward; there are no lock rules to load for it (give the release of the oldest node still running)\n',
+        'whose expiry a failed attempt does not push forward; there are no lock rules to load for it. While nodes of affected ' +
+        'releases still run, list every affected release still running (e.g. --stalwart 0.15.3,0.16.9; 0.16.16 may be listed ' +
+        'with them), or give no --stalwart at all, which loads the rules of every affected release\n',
     );
     const vague = await runCli(['--listen', '127.0.0.1:0', '--upstream', redis.url], { REDIS_LOCK_PROXY_STALWART: '0.15' });
     expect(vague.code).toBe(2);
