@@ -4,6 +4,11 @@
  * value (INCRBY), and a lock taken again starts with a new expiry, so a key whose value is the
  * same and whose expiry has not gone up is the one that was read, not a lock someone took (or
  * tried, or re-armed) in the meantime.
+ *
+ * Whether the key has an expiry at all is part of what was shown: a lock read without one
+ * (abandoned) that has one at the delete is live now (most likely released and taken again),
+ * and a live lock that lost its expiry is abandoned now. Either is left alone, and said apart
+ * from other changes, so the operator is told what the lock has become.
  */
 import type { Redis } from 'ioredis';
 import { escapeKey } from '../key-text.js';
@@ -17,9 +22,11 @@ const EXPIRY_SLACK_MS = 5;
 
 /**
  * KEYS[1] is deleted only if it still holds ARGV[1] and, with ARGV[2] = -1, still has no
- * expiry; otherwise it must still expire no later than ARGV[2] (ms on Redis's clock, as the
- * row's expiresAt: TIME + PTTL). Comparing where the expiry lies, not the PTTL, catches a re-arm
- * however long after the read it came. Returns 1 deleted, 0 changed (left alone), -1 already gone.
+ * expiry; otherwise it must still have one, expiring no later than ARGV[2] (ms on Redis's clock,
+ * as the row's expiresAt: TIME + PTTL). Comparing where the expiry lies, not the PTTL, catches a
+ * re-arm however long after the read it came. Returns 1 deleted, -1 already gone, and when left
+ * alone: 0 changed (another value, or the expiry went up), 2 it has an expiry now (read without
+ * one), 3 it has none now (read with one).
  *
  * TIME is not deterministic: servers before Redis 5 replicate a script that calls it only
  * as its effects, after redis.replicate_commands(); later ones always do (and 7.0+ keep the call
@@ -32,9 +39,9 @@ if value == false then return -1 end
 if value ~= ARGV[1] then return 0 end
 local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[2] == '-1' then
-  if pttl ~= -1 then return 0 end
+  if pttl ~= -1 then return 2 end
 else
-  if pttl < 0 then return 0 end
+  if pttl == -1 then return 3 end
   local time = redis.call('TIME')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   if now + pttl > tonumber(ARGV[2]) + ${EXPIRY_SLACK_MS} then return 0 end
@@ -43,8 +50,20 @@ redis.call('DEL', KEYS[1])
 return 1
 `;
 
-/** What became of one conditional delete. */
-export type DeleteResult = 'deleted' | 'changed' | 'gone' | Error;
+/**
+ * What became of one conditional delete: deleted; already gone; or left alone because it
+ * changed (another value, or its expiry went up), became live (it has an expiry now, and had
+ * none when read) or became abandoned (it has no expiry now, and had one when read).
+ */
+export type DeleteResult = 'deleted' | 'gone' | 'changed' | 'now-live' | 'now-abandoned' | Error;
+
+const SCRIPT_RESULTS: Readonly<Record<number, DeleteResult>> = {
+  1: 'deleted',
+  [-1]: 'gone',
+  0: 'changed',
+  2: 'now-live',
+  3: 'now-abandoned',
+};
 
 /**
  * Deletes each row's key only if it is still exactly as read: the same value, and no expiry
@@ -69,7 +88,7 @@ export async function deleteUnchanged(redis: Redis, rows: readonly LockRow[]): P
       }
       const [error, result] = replies[next++] ?? [new Error(`no reply to the delete of ${escapeKey(row.key)}`), null];
       if (error) results.push(error);
-      else results.push(result === 1 ? 'deleted' : result === -1 ? 'gone' : 'changed');
+      else results.push(SCRIPT_RESULTS[result as number] ?? new Error(`unexpected reply to the delete script: ${String(result)}`));
     }
   }
   return results;

@@ -57,9 +57,10 @@ export async function releaseAbandoned(
     const results = await deleteUnchanged(node.redis, abandoned);
     abandoned.forEach((row, i) => {
       const [text, record] = resultLine(row, results[i]);
-      if (results[i] === 'deleted') tally.deleted++;
-      else if (results[i] === 'changed') tally.changed++;
-      else if (results[i] instanceof Error) tally.failed++;
+      const result = results[i];
+      if (result === 'deleted') tally.deleted++;
+      else if (result instanceof Error) tally.failed++;
+      else if (result !== 'gone') tally.changed++; // changed, or taken again (it has an expiry now)
       printResult(io, options.json, text, record);
     });
   });

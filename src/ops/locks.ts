@@ -1,7 +1,7 @@
 /**
  * `redis-lock-proxy locks --upstream URL [--rules PATH]... [--stalwart VERSION] [--count N]
  *                         [--scan-budget-ms N] [--recheck-ms N] [--json]
- *                         [--release KEY... | --release-hex HEX... [--yes | --dry-run]]
+ *                         [--release KEY... | --release-hex HEX... [--release-live] [--yes | --dry-run]]
  *                         [--release-abandoned [--yes | --dry-run]]`
  *
  * Lists the lock keys the rules name, straight from Redis: counter (or raw value), remaining
@@ -9,6 +9,7 @@
  * show trouble (lock-keys/read.ts): abandoned (no expiry: it never goes away), or re-armed
  * (its expiry went up between two reads with its counter: traffic that bypasses the proxy).
  * Optionally deletes locks: named ones, or the abandoned ones, each only if it is still as read.
+ * A named lock that is live (it has an expiry) is deleted only with --release-live.
  *
  * In front of a Redis Cluster it reads every master itself (lock-keys/nodes.ts). TLS as the proxy
  * takes it: --upstream-ca, --upstream-cert/--upstream-key, --upstream-servername, --upstream-insecure.
@@ -87,6 +88,11 @@ Options (environment variable in brackets; flags win):
   --release KEY...        delete these keys, written as the table prints them
                           (in single quotes, as printed: '\\x17\\x00...')
   --release-hex HEX...    delete these keys, given in hex (key_hex in --json)
+  --release-live          let --release and --release-hex delete live locks
+                          (with an expiry: held, and ending by themselves);
+                          without it they are refused, even with --yes, as
+                          deleting one while its holder runs the task makes
+                          the task run twice
   --release-abandoned     delete the locks without an expiry (abandoned), each
                           only if it still has none; lists them unless --yes
   --yes                   delete without asking (--release, --release-hex,
@@ -97,7 +103,7 @@ Options (environment variable in brackets; flags win):
 
 A key is deleted only if it still holds the value read and its expiry has not
 gone up (abandoned ones: still none): a lock taken, tried or re-armed in the
-meantime stays.
+meantime stays, and so does one that gained or lost its expiry.
 
 Exit status: 0 done; 1 Redis unreachable, a key not deleted (refused, changed,
 an error) or deleting not confirmed; 2 bad options or rule files; 3 the scan
@@ -121,6 +127,8 @@ interface LocksOptions {
   /** Keys to delete: escaped text (--release) or hex (--release-hex), checked before Redis is asked. */
   release: Buffer[];
   releaseAbandoned: boolean;
+  /** --release and --release-hex may delete live locks (with an expiry). */
+  releaseLive: boolean;
   yes: boolean;
   dryRun: boolean;
 }
@@ -154,7 +162,9 @@ export async function run(argv: string[], io: Io): Promise<number> {
   const progress = await startProgress(io, nodes.nodes, options.count).catch(() => undefined);
   try {
     const release = { json: options.json, yes: options.yes, dryRun: options.dryRun };
-    if (options.release.length > 0) return await releaseNamed(nodes, rules, options.release, release, io);
+    if (options.release.length > 0) {
+      return await releaseNamed(nodes, rules, options.release, { ...release, releaseLive: options.releaseLive }, io);
+    }
     const limits: PassLimits = { count: options.count, deadline: Date.now() + options.scanBudgetMs, onProgress: progress?.onProgress };
     if (options.releaseAbandoned) {
       const { code, end } = await releaseAbandoned(nodes, rules, limits, release, clearingProgress(io, progress));
@@ -229,6 +239,7 @@ export const LOCKS_FLAGS = {
   release: { type: 'string', multiple: true },
   'release-hex': { type: 'string', multiple: true },
   'release-abandoned': { type: 'boolean' },
+  'release-live': { type: 'boolean' },
   yes: { type: 'boolean' },
   'dry-run': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
@@ -259,10 +270,14 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
     }
   }
   const releaseAbandoned = values['release-abandoned'] ?? false;
+  const releaseLive = values['release-live'] ?? false;
   const yes = values.yes ?? false;
   const dryRun = values['dry-run'] ?? false;
   const releasing = release.length > 0 || releaseAbandoned;
   if (release.length > 0 && releaseAbandoned) throw new UsageError('--release and --release-abandoned cannot be combined');
+  if (releaseLive && release.length === 0) {
+    throw new UsageError('--release-live only goes with --release or --release-hex: it lets them delete the live locks they name');
+  }
   if (yes && !releasing) throw new UsageError('--yes only goes with --release, --release-hex or --release-abandoned');
   if (dryRun && !releasing) throw new UsageError('--dry-run only goes with --release, --release-hex or --release-abandoned');
   if (yes && dryRun) throw new UsageError('--yes and --dry-run cannot be combined');
@@ -290,6 +305,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): LocksOptions | 'h
     json: values.json ?? false,
     release,
     releaseAbandoned,
+    releaseLive,
     yes,
     dryRun,
   };

@@ -367,7 +367,7 @@ describe('cluster mode: lock keys on every master', () => {
     expect(released.stdout).toContain(`deleted ${keyArgument(abandoned.key)}`);
     expect(await cluster.command(abandoned.master, 'EXISTS', abandoned.key)).toBe(0);
     const named = placed[2];
-    expect((await runLocks([...seed, '--release', describeKey(named.key), '--yes'])).code).toBe(0);
+    expect((await runLocks([...seed, '--release', describeKey(named.key), '--release-live', '--yes'])).code).toBe(0);
     expect(await cluster.command(named.master, 'EXISTS', named.key)).toBe(0);
     expect(await cluster.command(placed[0].master, 'EXISTS', placed[0].key)).toBe(1);
     await cluster.command(placed[0].master, 'DEL', placed[0].key);

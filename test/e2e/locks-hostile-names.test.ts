@@ -96,7 +96,7 @@ describe('locks output with hostile names', () => {
       ['bash', 'csi'],
     ] as const) {
       const key = KEYS[name];
-      const command = `"${process.execPath}" "${CLI}" locks --upstream ${env.redis.url} --rules "${STALWART_RULES}" --release ${printed(key)} --yes`;
+      const command = `"${process.execPath}" "${CLI}" locks --upstream ${env.redis.url} --rules "${STALWART_RULES}" --release ${printed(key)} --release-live --yes`;
       const { stdout } = await promisify(execFile)(shell, ['-c', command], { cwd: workDir, env: cleanEnv() });
       expect(stdout, `${shell}: ${command}`).toContain(`deleted ${keyArgument(key)}`);
       expect(await env.admin.call('EXISTS', key), name).toBe(':0\r\n');
@@ -114,7 +114,7 @@ describe('locks output with hostile names', () => {
       .map((line) => JSON.parse(line) as { key_hex: string })
       .find((row) => row.key_hex === KEYS.bidi.toString('hex'))?.key_hex;
     expect(hex).toMatch(/^[0-9a-f]+$/);
-    const command = `"${process.execPath}" "${CLI}" locks --upstream ${env.redis.url} --rules "${STALWART_RULES}" --release-hex ${hex} --yes`;
+    const command = `"${process.execPath}" "${CLI}" locks --upstream ${env.redis.url} --rules "${STALWART_RULES}" --release-hex ${hex} --release-live --yes`;
     const { stdout } = await promisify(execFile)('dash', ['-c', command], { cwd: workDir, env: cleanEnv() });
     expect(stdout).toMatch(/^[\x20-\x7e\n]*$/);
     expect(await env.admin.call('EXISTS', KEYS.bidi)).toBe(':0\r\n');
