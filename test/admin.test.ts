@@ -10,6 +10,9 @@ import { FdBudget } from '../src/admin/fd-budget.js';
 import { MAX_CONNECTIONS, METRICS_MAX_AGE_MS, startAdminServer, type AdminRefusal } from '../src/admin/server.js';
 import type { Logger } from '../src/log.js';
 import { Stats } from '../src/stats.js';
+import { newVerifyNonce, verifyClientName, VerifyRuns } from '../src/verify-connection.js';
+import { cmd } from './support/resp.js';
+import { frameHeads } from './support/scan.js';
 
 const P = 'redis_lock_proxy_';
 
@@ -357,7 +360,7 @@ describe('startAdminServer', () => {
 
   it('answers 404 for other paths', async () => {
     const { base } = await start();
-    for (const path of ['/', '/metricsx', '/metrics/', '/nope', '//host/metrics']) {
+    for (const path of ['/metricsx', '/verify/abcd1234', '/rules', '/metrics/', '/nope', '//host/metrics']) {
       const res = await fetch(base + path);
       expect(res.status, path).toBe(404);
       expect(await res.text()).toBe('not found\n');
@@ -382,7 +385,7 @@ describe('startAdminServer', () => {
         registry: createMetricsRegistry(new Stats()),
         ready: async () => ({ ok: true, detail: '' }),
         log,
-        rules: () => rulesView(set, mode, '9.9.9'),
+        rules: () => rulesView(set, mode, '9.9.9', 'instance-1'),
       },
     );
     servers.push(server);
@@ -392,6 +395,7 @@ describe('startAdminServer', () => {
     const view = readRulesView(await res.json());
     expect(view).toEqual({
       version: '9.9.9',
+      instance: 'instance-1',
       mode: 'enforce',
       releases: 'App 1.0.0 - 1.2.0',
       files: ['app.yaml'],
@@ -403,9 +407,71 @@ describe('startAdminServer', () => {
     mode = 'observe'; // a reload: the next answer says so
     expect(readRulesView(await (await get()).json()).rules.map((r) => r.mode)).toEqual(['observe', 'observe']);
     expect(() => readRulesView({ version: '1', mode: 'sometimes' })).toThrow(/not a list of rules/);
+    expect(() => readRulesView({ ...view, instance: undefined })).toThrow(/not a list of rules/);
 
     const { base } = await start();
     expect((await fetch(`${base}/rules`)).status).toBe(404);
+  });
+
+  it('lists its endpoints on /, one a line with what each answers', async () => {
+    const { base } = await start();
+    const res = await fetch(`${base}/`);
+    expect([res.status, res.headers.get('content-type')]).toEqual([200, 'text/plain; charset=utf-8']);
+    expect(await res.text()).toBe(
+      [
+        '/         this list',
+        '/metrics  Prometheus metrics',
+        '/healthz  200 while the process runs',
+        '/readyz   200 while the proxy can serve (rules loaded, Redis answers), else 503',
+        '',
+      ].join('\n'),
+    );
+    const head = await fetch(`${base}/`, { method: 'HEAD' });
+    expect([head.status, await head.text()]).toEqual([200, '']);
+
+    // With the rules and the verify runs, those too.
+    const runs = new VerifyRuns();
+    const { log } = captureLogger();
+    const server = await startAdminServer(
+      { host: '127.0.0.1', port: 0 },
+      {
+        registry: createMetricsRegistry(new Stats()),
+        ready: async () => ({ ok: true, detail: '' }),
+        log,
+        rules: () => ({}),
+        verifyRuns: runs,
+      },
+    );
+    servers.push(server);
+    const list = (await (await fetch(`http://127.0.0.1:${server.address.port}/`)).text()).split('\n');
+    expect(list.map((line) => line.split(' ')[0])).toEqual(['/', '/metrics', '/healthz', '/readyz', '/rules', '/verify/NONCE', '']);
+    expect(list[5]).toMatch(/^\/verify\/NONCE {2}200 when a verify run's connection came through this proxy, else 404$/);
+  });
+
+  it("says on /verify/<nonce> whether a verify run's connection came through, with its instance id", async () => {
+    const runs = new VerifyRuns();
+    const { log } = captureLogger();
+    const server = await startAdminServer(
+      { host: '127.0.0.1', port: 0 },
+      { registry: createMetricsRegistry(new Stats()), ready: async () => ({ ok: true, detail: '' }), log, verifyRuns: runs },
+    );
+    servers.push(server);
+    const ask = (nonce: string) => fetch(`http://127.0.0.1:${server.address.port}/verify/${nonce}`);
+    const nonce = newVerifyNonce();
+    const unseen = await ask(nonce);
+    expect([unseen.status, await unseen.text()]).toEqual([
+      404,
+      `not seen: no connection of verify run ${nonce} came through this proxy lately\n`,
+    ]);
+    for (const { scanner } of frameHeads(cmd('CLIENT', 'SETNAME', verifyClientName(nonce)))) runs.named(scanner);
+    const seen = await ask(nonce);
+    expect([seen.status, seen.headers.get('content-type')]).toEqual([200, 'application/json; charset=utf-8']);
+    expect(await seen.json()).toEqual({ instance: runs.instance, nonce });
+    // What is not a nonce is not a path.
+    for (const other of ['', 'ABCD1234', `${nonce}/x`, 'abc', '../rules']) {
+      const res = await ask(other);
+      expect([res.status, await res.text()], other).toEqual([404, 'not found\n']);
+    }
   });
 
   it('answers 405 with Allow for other methods', async () => {

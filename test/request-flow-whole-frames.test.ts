@@ -19,6 +19,7 @@ import { RequestFlow, type RequestFlowPort } from '../src/session/request-flow.j
 import { TransactionState } from '../src/session/transaction-state.js';
 import { Stats } from '../src/stats.js';
 import { RefusalLog } from '../src/upstream/refusal-log.js';
+import { VerifyRuns } from '../src/verify-connection.js';
 import type { UpstreamConnector } from '../src/upstream/connect.js';
 import { parseUpstreamUrl } from '../src/upstream/target.js';
 import { splitAt } from './support/chunks.js';
@@ -57,6 +58,7 @@ function flow() {
     log,
     stats,
     refusals: new RefusalLog(log),
+    verifyRuns: new VerifyRuns(),
   };
   const sent: Buffer[] = [];
   const port: RequestFlowPort & ReplyStreamPort = {

@@ -16,6 +16,7 @@ import type { ProxyContext } from '../src/session/context.js';
 import { Session } from '../src/session/session.js';
 import { Stats } from '../src/stats.js';
 import { RefusalLog } from '../src/upstream/refusal-log.js';
+import { VerifyRuns } from '../src/verify-connection.js';
 import type { UpstreamConnector } from '../src/upstream/connect.js';
 import { parseUpstreamUrl, setupCommands } from '../src/upstream/target.js';
 import { memorySocketPair, Received, type MemorySocket } from './support/memory-socket.js';
@@ -62,6 +63,7 @@ function start(url = 'redis://127.0.0.1:6379', lockMethod: ProxyContext['lockMet
     log,
     stats,
     refusals: new RefusalLog(log),
+    verifyRuns: new VerifyRuns(),
   };
   const session = new Session(proxyFront.asSocket(), ctx);
   return { session, stats, client, redis, atRedis: new Received(redis), atClient: new Received(client) };

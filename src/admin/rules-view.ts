@@ -1,7 +1,8 @@
 /**
  * The rules in force as the admin endpoint `/rules` lists them (JSON), and the reading of that
  * list by `verify`, which checks the running proxy's rules rather than guessing them. Read-only:
- * names, modes, canonical definitions, files and releases; nothing of the traffic.
+ * names, modes, canonical definitions, files and releases, and the running proxy's instance id
+ * (new at each start), which `GET /verify/<nonce>` gives too; nothing of the traffic.
  */
 import type { RuleSet, RuleMode } from '../rules/types.js';
 import { effectiveMode } from '../rules/types.js';
@@ -9,6 +10,8 @@ import { releasesText } from '../rules/store.js';
 
 export interface RulesView {
   readonly version: string;
+  /** The running proxy's instance id (VerifyRuns.instance). */
+  readonly instance: string;
   /** The proxy's --mode. */
   readonly mode: RuleMode;
   /** The releases the loaded rule files are for, e.g. "Stalwart 0.15.0 - 0.15.5"; "" for none. */
@@ -23,9 +26,10 @@ export interface RulesView {
   }>;
 }
 
-export function rulesView(rules: RuleSet, mode: RuleMode, version: string): RulesView {
+export function rulesView(rules: RuleSet, mode: RuleMode, version: string, instance: string): RulesView {
   return {
     version,
+    instance,
     mode,
     releases: releasesText(rules),
     files: [...rules.files],
@@ -42,6 +46,7 @@ export function readRulesView(json: unknown): RulesView {
     view === null ||
     typeof view !== 'object' ||
     !isText(view.version) ||
+    !isText(view.instance) ||
     !modes.includes(view.mode as string) ||
     !isText(view.releases) ||
     !Array.isArray(view.files) ||

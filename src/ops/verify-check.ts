@@ -10,7 +10,6 @@ import { RuleFailure } from '../errors.js';
 import { describeKey } from '../key-text.js';
 import type { Rule, RuleSet } from '../rules/types.js';
 import { isReplyError, reportingOptions } from '../upstream/redis-client.js';
-import { VERIFY_CLIENT_NAME } from '../verify-connection.js';
 import { connectionFault, describeError, notRespHint, speaksResp } from './command.js';
 import type { SlotRanges } from '../cluster/topology.js';
 import { servedSlots, unusedScratchKey } from './verify-scratch.js';
@@ -25,6 +24,8 @@ export interface ProxyEndpoint {
   /** `via` as text, for messages. */
   readonly viaText: string;
   readonly timeoutMs: number;
+  /** The name the connection is given: verify's, with this run's nonce (verify-connection.ts). */
+  readonly clientName: string;
   readonly username: string | undefined;
   readonly password: string | undefined;
 }
@@ -76,8 +77,9 @@ async function withDeadline(timeoutMs: number, progress: Progress, work: (signal
 }
 
 /**
- * For a release with nothing to verify: whether `proxy` answers as Redis or redis-lock-proxy does
- * (PING), within its timeout.
+ * Whether `proxy` answers as Redis or redis-lock-proxy does (PING), within its timeout, on a
+ * connection named as verify's: for a release with nothing to verify, and so that the proxy
+ * there sees this run's name before verify asks an admin endpoint whether it did.
  */
 export function checkAnswers(proxy: ProxyEndpoint, verbose: (line: string) => void): Promise<Outcome> {
   const progress: Progress = { step: 'connecting' };
@@ -85,7 +87,7 @@ export function checkAnswers(proxy: ProxyEndpoint, verbose: (line: string) => vo
     withConnection(proxy, signal, progress, verbose, async (redis, lastError) => {
       progress.step = `sending PING to ${proxy.viaText}`;
       try {
-        await nameConnection(redis);
+        await nameConnection(redis, proxy.clientName);
         const pong = await redis.ping();
         if (pong !== 'PONG') return { kind: 'failed', message: `${proxy.viaText} answered PING with ${JSON.stringify(pong)}` };
       } catch (error) {
@@ -112,7 +114,7 @@ async function verifyAll(
     for (const rule of enforce) {
       progress.step = `verifying rule ${rule.name}`;
       try {
-        slots ??= nameConnection(redis).then(() => servedSlots(redis, verbose));
+        slots ??= nameConnection(redis, proxy.clientName).then(() => servedSlots(redis, verbose));
         await verifyRule(redis, rules, rule, await slots, rearmed, verbose);
       } catch (error) {
         if (signal.aborted) throw error;
@@ -125,14 +127,14 @@ async function verifyAll(
 
 /**
  * Names the connection as verify's (CLIENT SETNAME), so that the proxy counts its lock blocks
- * apart from the application's. A server that refuses the name (an ACL without CLIENT, a
+ * apart from the application's, logs them as verify's, and remembers this run. A server that refuses the name (an ACL without CLIENT, a
  * password not given yet) is still verified: the commands after it say what is wrong, and the
  * proxy recognises the name as it passes, whatever Redis answers. The proxy's own refusal (its
  * upstream unreachable) and a lost connection are failures.
  */
-async function nameConnection(redis: Redis): Promise<void> {
+async function nameConnection(redis: Redis, name: string): Promise<void> {
   try {
-    await redis.call('CLIENT', 'SETNAME', VERIFY_CLIENT_NAME);
+    await redis.call('CLIENT', 'SETNAME', name);
   } catch (error) {
     if (isReplyError(error) && !/^ERR redis-lock-proxy:/.test((error as Error).message)) return;
     throw error;

@@ -9,6 +9,9 @@
  *   ones) or else from the files the proxy names.
  * - Where the proxy cannot be asked, the rules verify reads itself, as before; and a failure then
  *   says what verify could not know, rather than that the traffic bypasses the proxy.
+ *
+ * An admin endpoint that belongs to another proxy than the one at --via (it did not see this run's
+ * connection) is never asked to select: verify.ts fails before.
  */
 import type { RuleChoice } from '../config.js';
 import { problemsFrom } from '../errors.js';
@@ -41,12 +44,12 @@ export interface RuleSelection {
  * `choice`: verify's rule files and release; `scoped`: whether they were asked for (the --rules
  * flag, or --stalwart), rather than inherited from the proxy's variables.
  */
-export function selectRules(choice: RuleChoice, scoped: boolean, proxy: ProxyRules): RuleSelection {
+export function selectRules(choice: RuleChoice, scoped: boolean, proxy: Exclude<ProxyRules, { kind: 'elsewhere' }>): RuleSelection {
   if (proxy.kind === 'unknown') return ownRules(loadRules(choice.paths, choice.release), unknownRearmed(proxy.reason));
   const { view, where } = proxy;
-  const rearmed = (via: string) =>
-    `the proxy whose admin endpoint is ${where} enforces this rule, yet the fix did not apply: the client did not go through ` +
-    `that proxy (is ${via} its address?)`;
+  const rearmed = () =>
+    `the proxy whose admin endpoint is ${where} enforces this rule, and this run's connection went through it, yet the ` +
+    'block went to Redis unchanged: its log says why (the line on this block, marked verify: true)';
   const enforced = new Map(view.rules.filter((r) => r.mode === 'enforce').map((r) => [r.name, r.definition]));
   const proxyNote = `the running proxy (admin endpoint ${where}) runs mode ${view.mode} with rules for ${view.releases || 'no named release'}`;
 

@@ -11,6 +11,11 @@
  * `multi().incrby().expire().exec()`), so it fails when the client is not really going through
  * the proxy, or the proxy does not load the rule in enforce mode, and says which it knows.
  *
+ * The admin endpoint's rules are used only once it is known to be the same proxy as --via's: the
+ * run names its connection with a nonce of its own, and the admin endpoint must say that it saw
+ * that name pass (verify-connection.ts). When it did not, verify says the two are not the same
+ * proxy and fails, rather than judge one proxy by another's rules or mode.
+ *
  * Output: one line, `verify: OK: ...` (stdout, exit 0) or `verify: FAILED: ...` (stderr, exit 1);
  * usage errors exit 2. Nothing else unless `--verbose`, so it fits a readiness probe or CI step.
  *
@@ -30,7 +35,8 @@ import { UsageError } from '../errors.js';
 import { stalwartRelease } from '../rules/stalwart.js';
 import { readCommandSettings, text } from '../settings.js';
 import { nonEmpty, parseCommandLine, type FlagTable, integerOption, usageFailed, type Io } from './command.js';
-import { adminAddress, askProxyRules } from './proxy-rules.js';
+import { newVerifyNonce, verifyClientName } from '../verify-connection.js';
+import { adminAddress, askProxyRules, confirmSameProxy, type ProxyRules } from './proxy-rules.js';
 import { checkAnswers, verifyRules, type ProxyEndpoint } from './verify-check.js';
 import { selectRules, type RuleSelection } from './verify-rules.js';
 
@@ -70,6 +76,8 @@ Options:
 const DEFAULT_TIMEOUT_MS = 5000;
 
 interface VerifyOptions extends ProxyEndpoint {
+  /** This run's nonce, in its connection's name. */
+  nonce: string;
   rules: RuleChoice;
   /** Whether the rules were asked for (the --rules flag, or --stalwart), rather than the proxy's to be learnt. */
   scoped: boolean;
@@ -104,9 +112,28 @@ export async function run(argv: string[], io: Io): Promise<number> {
   }
 
   const started = Date.now();
-  const proxyRules = await askProxyRules(options.admin, options.timeoutMs);
-  if (proxyRules.kind === 'known') verbose(`the proxy's rules, from its admin endpoint ${proxyRules.where}`);
-  else verbose(`verify's own rules: cannot ask the proxy for its own, ${proxyRules.reason}`);
+  const remaining = () => Math.max(1, options.timeoutMs - (Date.now() - started));
+  let proxyRules = await askProxyRules(options.admin, options.timeoutMs);
+  // A proxy without rules passes every byte on unread, its connection's name included: it has
+  // nothing to verify, and says so whichever proxy it is.
+  if (proxyRules.kind === 'known' && proxyRules.view.rules.length > 0) {
+    // Before judging --via by these rules: its proxy must be the admin endpoint's. This run's
+    // connection name goes through --via first, then the admin endpoint is asked whether it saw it.
+    const answered = await checkAnswers({ ...options, timeoutMs: remaining() }, verbose);
+    if (answered.kind === 'failed') {
+      io.stderr(`verify: FAILED: ${answered.message}\n`);
+      return 1;
+    }
+    proxyRules = await confirmSameProxy(proxyRules, options.nonce, remaining());
+  }
+  if (proxyRules.kind === 'known')
+    verbose(`the proxy's rules, from its admin endpoint ${proxyRules.where} (instance ${proxyRules.view.instance})`);
+  else if (proxyRules.kind === 'unknown') verbose(`verify's own rules: cannot ask the proxy for its own, ${proxyRules.reason}`);
+  else {
+    // Another proxy's rules and mode say nothing of the one at --via: nothing is judged, or touched.
+    io.stderr(`verify: FAILED: ${notSameProxy(options.viaText, proxyRules.where)}\n`);
+    return 1;
+  }
   let selection: RuleSelection;
   try {
     selection = selectRules(options.rules, options.scoped, proxyRules);
@@ -130,22 +157,36 @@ export async function run(argv: string[], io: Io): Promise<number> {
     return 1;
   }
 
-  const remaining = Math.max(1, options.timeoutMs - (Date.now() - started));
-  const outcome = await verifyRules(options, selection.rules, enforce, selection.rearmed(where), remaining, verbose);
+  const outcome = await verifyRules(options, selection.rules, enforce, selection.rearmed(where), remaining(), verbose);
   if (outcome.kind === 'ok') {
     for (const rule of observe) verbose(`rule ${rule}: observe (not verified)`);
     for (const rule of untouched) verbose(`rule ${rule.name}: its only key is a live lock (not touched)`);
     const observed = observe.length > 0 ? `; observe (not verified): ${observe.join(', ')}` : '';
     const fixed = untouched.length > 0 ? `; fixed key, not touched: ${untouched.map((r) => r.name).join(', ')}` : '';
-    const from = selection.from === undefined ? '' : `; ${selection.from}`;
     io.stdout(
       `verify: OK: ${enforce.length} rule(s) enforce the fix through ${where}` +
-        `${selection.releases === '' ? '' : ` for ${selection.releases}`} (${enforce.map((r) => r.name).join(', ')})${observed}${fixed}${from}\n`,
+        `${selection.releases === '' ? '' : ` for ${selection.releases}`} (${enforce.map((r) => r.name).join(', ')})${observed}${fixed}` +
+        `; ${rulesSource(proxyRules)}\n`,
     );
     return 0;
   }
   io.stderr(`verify: FAILED: ${outcome.message}\n`);
   return 1;
+}
+
+/** Where the rules verified came from, for the OK line. */
+function rulesSource(proxy: Exclude<ProxyRules, { kind: 'elsewhere' }>): string {
+  if (proxy.kind === 'known') return `the proxy's rules, from its admin endpoint ${proxy.where}`;
+  return `verify's own rules, as it could not ask the proxy for its own: ${proxy.reason}`;
+}
+
+/** The failure when the admin endpoint at `admin` is not the proxy at `via`. */
+function notSameProxy(via: string, admin: string): string {
+  return (
+    `${via} and the admin endpoint ${admin} are not the same proxy: the proxy at ${admin} did not see this run's connection, ` +
+    `which went through ${via}; ${via} is another redis-lock-proxy, or no proxy at all (Redis itself?); verify does not ` +
+    `judge it by another proxy's rules or mode: give --admin the admin endpoint of the proxy at ${via} (its --admin-listen)`
+  );
 }
 
 /** The flags of `verify`. */
@@ -183,7 +224,10 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
   const stalwart = text(settings, 'stalwart');
   const release = stalwart === undefined ? undefined : stalwartRelease(stalwart);
   const notAffected = release?.kind === 'not-affected' ? release.reason : undefined;
+  const nonce = newVerifyNonce();
   return {
+    nonce,
+    clientName: verifyClientName(nonce),
     via,
     viaText: formatAddress(via.host, via.port),
     rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRules(settings),

@@ -9,6 +9,7 @@ import type { RuleMode, RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
 import type { UpstreamConnector } from '../upstream/connect.js';
 import type { RefusalLog } from '../upstream/refusal-log.js';
+import type { VerifyRuns } from '../verify-connection.js';
 
 export interface ProxyContext {
   readonly upstream: UpstreamConnector;
@@ -37,4 +38,6 @@ export interface ProxyContext {
   readonly stats: Stats;
   /** Where refused client connections are logged: the first at once, the rest counted per period. */
   readonly refusals: RefusalLog;
+  /** The verify runs whose connections came through, for the admin endpoint (one for the process). */
+  readonly verifyRuns: VerifyRuns;
 }

@@ -30,7 +30,7 @@ import { Cmd } from '../resp/commands.js';
 import { encodeCommand } from '../resp/encode.js';
 import { END, HEAD, MALFORMED, RequestScanner } from '../resp/request-scanner.js';
 import { WholeFrameReader } from '../resp/whole-frame.js';
-import { countedApart, namesVerifyConnection } from '../verify-connection.js';
+import { countedApart, verifyLogger } from '../verify-connection.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
 import { ResetMarker } from './reset-marker.js';
@@ -124,8 +124,10 @@ export class RequestFlow implements LockBlockPort {
   private partial: Buffer[] = [];
   /** The frame being read is a QUIT: once it has gone upstream, Redis closes. */
   private quitting = false;
-  /** The client named its connection as verify's: its lock blocks are counted apart. */
+  /** The client named its connection as verify's: its lock blocks are counted apart, and logged as verify's. */
   private verifyConnection = false;
+  /** The logger for a verify connection's blocks, made when first needed. */
+  private verifyLog: Logger | undefined;
   /** The settings lock blocks are counted with (verify's apart). */
   private readonly counting: { readonly stats: Stats };
   /** The frame whose head was read last had its reply counted when it went upstream. */
@@ -140,7 +142,7 @@ export class RequestFlow implements LockBlockPort {
     const counting = countedApart(ctx, () => this.verifyConnection);
     this.counting = counting;
     this.blocks = new LockBlocks(this, replies, counting);
-    this.streamed = new StreamedBlocks(counting, () => this.port.log);
+    this.streamed = new StreamedBlocks(counting, () => this.log);
     // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
     this.pipeWithoutRules = ctx.rules().rules.length === 0 && !ctx.cluster;
     if (this.pipeWithoutRules) this.enterPipe(true);
@@ -169,7 +171,7 @@ export class RequestFlow implements LockBlockPort {
   closingWithRepliesDue(): void {
     for (const lock of this.replies.lockBlocksDue()) {
       this.counting.stats.blockClosed(lock.rule);
-      this.port.log.error(
+      this.log.error(
         { rule: lock.rule, key: describeKey(lock.key) },
         "connection closed before a lock block's replies came: Redis may have run it, and its client is not told",
       );
@@ -183,8 +185,11 @@ export class RequestFlow implements LockBlockPort {
 
   // ------------------------------------------------------- LockBlocks' port
 
+  /** The log for lines about this connection's lock blocks: verify's say so. */
   get log(): Logger {
-    return this.port.log;
+    if (!this.verifyConnection) return this.port.log;
+    this.verifyLog ??= verifyLogger(this.port.log);
+    return this.verifyLog;
   }
 
   writeUpstream(bytes: Buffer): void {
@@ -540,7 +545,7 @@ export class RequestFlow implements LockBlockPort {
       else if (tx.closed && this.scanner.cmd === Cmd.Exec) fixed = this.streamed.executed(tx.queued);
       else if (tx.closed) this.streamed.end();
     }
-    if (this.scanner.cmd === Cmd.Client) this.verifyConnection = namesVerifyConnection(this.scanner) ?? this.verifyConnection;
+    if (this.scanner.cmd === Cmd.Client) this.verifyConnection = this.ctx.verifyRuns.named(this.scanner) ?? this.verifyConnection;
     else if (this.scanner.cmd === Cmd.Blocking) this.port.blockingSent();
     if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx);
     this.ctx.stats.commandsForwarded++;

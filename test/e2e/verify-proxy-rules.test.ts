@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { run as verify } from '../../src/ops/verify.js';
 import { runOp } from '../support/ops.js';
 import { closedPort } from '../support/ports.js';
@@ -88,16 +88,20 @@ describe('through a proxy started with --stalwart 0.15.3', () => {
     );
   });
 
-  it('says the traffic did not go through the proxy only when the proxy enforces the rule', async () => {
-    const result = await runOp(verify, ['--via', `127.0.0.1:${env.redis.port}`, '--admin', admin]);
-    expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(
-      new RegExp(
-        `^verify: FAILED: rule stalwart-purge-account: second attempt re-armed the expiry \\(pttl \\d+ ms\\): the proxy whose admin ` +
-          `endpoint is ${admin.replace(/\./g, '\\.')} enforces this rule, yet the fix did not apply: the client did not go through ` +
-          `that proxy \\(is 127\\.0\\.0\\.1:${env.redis.port} its address\\?\\)\\n$`,
-      ),
-    );
+  it("says the traffic did not go through the proxy when that proxy did not see verify's connection, touching nothing", async () => {
+    const before = await dbsize();
+    const via = `127.0.0.1:${env.redis.port}`;
+    const result = await runOp(verify, ['--via', via, '--admin', admin]);
+    expect(result).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        `verify: FAILED: ${via} and the admin endpoint ${admin} are not the same proxy: the proxy at ${admin} did not see this ` +
+        `run's connection, which went through ${via}; ${via} is another redis-lock-proxy, or no proxy at all (Redis itself?); ` +
+        `verify does not judge it by another proxy's rules or mode: give --admin the admin endpoint of the proxy at ${via} ` +
+        '(its --admin-listen)\n',
+    });
+    expect(await dbsize()).toBe(before);
   });
 
   it("names an admin address that is not a proxy's", async () => {
@@ -158,6 +162,75 @@ describe("the proxy's mode and its own rule files", () => {
       expect(unreadable.stderr).toContain('and enforces test-lock, whose keys verify cannot build');
     } finally {
       await proxy.close();
+    }
+  });
+});
+
+describe('two proxies on one host', () => {
+  // The first only observes; the second enforces. Each has an admin endpoint of its own.
+  let observing: TestProxy;
+  let enforcing: TestProxy;
+  let observingAdmin: string;
+  let enforcingAdmin: string;
+  beforeAll(async () => {
+    observing = await startTestProxy({ upstream: env.redis.url, rules: [], stalwart: '0.16.9', admin: true, mode: 'observe' });
+    enforcing = await startTestProxy({ upstream: env.redis.url, rules: [], stalwart: '0.16.9', admin: true });
+    observingAdmin = `127.0.0.1:${observing.app.adminAddress?.port}`;
+    enforcingAdmin = `127.0.0.1:${enforcing.app.adminAddress?.port}`;
+  });
+  afterAll(async () => {
+    await Promise.all([observing?.close(), enforcing?.close()]);
+  });
+
+  it("refuses to judge one proxy by the other's rules, naming both addresses", async () => {
+    const via = `127.0.0.1:${enforcing.port}`;
+    const differ =
+      `verify: FAILED: ${via} and the admin endpoint ${observingAdmin} are not the same proxy: the proxy at ${observingAdmin} ` +
+      `did not see this run's connection, which went through ${via}; ${via} is another redis-lock-proxy, or no proxy at all ` +
+      "(Redis itself?); verify does not judge it by another proxy's rules or mode: " +
+      `give --admin the admin endpoint of the proxy at ${via} (its --admin-listen)\n`;
+    const before = await dbsize();
+    // --admin naming the other's, and the proxy's variable as verify reads it (the default address) naming it.
+    for (const [args, environment] of [
+      [['--admin', observingAdmin], {}],
+      [[], { REDIS_LOCK_PROXY_ADMIN_LISTEN: observingAdmin }],
+      [['--admin', observingAdmin, '--stalwart', '0.16.9'], {}],
+    ] as const) {
+      const result = await runOp(verify, ['--via', via, ...args], environment);
+      expect(result, args.join(' ')).toEqual({ code: 1, stdout: '', stderr: differ });
+    }
+    expect(await dbsize()).toBe(before);
+  });
+
+  it('names where the rules came from on the OK line, when the admin endpoint is the same proxy', async () => {
+    const via = `127.0.0.1:${enforcing.port}`;
+    const suffix = `; the proxy's rules, from its admin endpoint ${enforcingAdmin}\n`;
+    const all = await runOp(verify, ['--via', via, '--admin', enforcingAdmin]);
+    expect(all.stdout).toBe(
+      `verify: OK: 2 rule(s) enforce the fix through ${via} for Stalwart 0.16.0 - 0.16.15 (stalwart-task-lock, stalwart-queue-lock)${suffix}`,
+    );
+    const release = await runOp(verify, ['--via', via, '--admin', enforcingAdmin, '--stalwart', '0.16.9']);
+    expect(release.stdout).toBe(all.stdout);
+    // The observing proxy, asked through its own admin endpoint: its mode is what fails, as it is its own.
+    const observed = await runOp(verify, ['--via', `127.0.0.1:${observing.port}`, '--admin', observingAdmin]);
+    expect(observed.stderr).toBe(
+      `verify: FAILED: no enforce-mode rule to verify in the proxy's rules, from its admin endpoint ${observingAdmin} ` +
+        '(observe only: stalwart-task-lock, stalwart-queue-lock)\n',
+    );
+  });
+
+  it("marks verify's blocks as verify's in the log lines of a proxy that only observes", async () => {
+    const result = await runOp(verify, ['--via', `127.0.0.1:${observing.port}`, '--admin', 'off', '--stalwart', '0.16.9']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/^verify: FAILED: rule stalwart-task-lock: second attempt re-armed the expiry/);
+    const blockLines = () => observing.logs().filter((line) => String(line.msg).includes('lock block would be rewritten'));
+    await vi.waitFor(() => expect(blockLines().length).toBeGreaterThanOrEqual(2), { timeout: 10_000 });
+    for (const line of blockLines()) {
+      expect(line).toMatchObject({
+        verify: true,
+        msg: "verify's probe, not an application's lock: observe: lock block would be rewritten",
+        rule: 'stalwart-task-lock',
+      });
     }
   });
 });
