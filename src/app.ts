@@ -13,6 +13,8 @@ import { startAdminServer, type AdminServer } from './admin/server.js';
 import type { ClusterManager } from './cluster/manager.js';
 import type { NodeDirectory } from './cluster/rewrite.js';
 import type { Config } from './config.js';
+import { ConfigError } from './errors.js';
+import { describeInherited, NO_INHERITED_SOCKETS, type InheritedSocket, type InheritedSockets } from './listen-fds.js';
 import { changedSettings, OPTIONS, overriddenFileSettings, type OptionName, type OptionSpec } from './settings.js';
 import { ServerMethods } from './lock/lock-method.js';
 import type { Logger } from './log.js';
@@ -27,6 +29,7 @@ import { probeUpstream } from './upstream/probe.js';
 import { RefusalLog } from './upstream/refusal-log.js';
 import { refuseSelfLoop } from './upstream/self-loop.js';
 import type { SentinelMonitor } from './upstream/sentinel.js';
+import { VerifyRuns } from './verify-connection.js';
 
 /** Readiness is probed at most this often; scrapers may poll /readyz quickly. */
 const READY_CACHE_MS = 1000;
@@ -58,8 +61,9 @@ export interface App {
   probeUpstream(): Promise<{ ok: boolean; detail: string }>;
   /**
    * Stops accepting, lets connections finish what is in flight (closing those still busy after
-   * `timeoutMs`), then stops the rest: rule watching, the admin server, Sentinel. Resolves with
-   * how many connections were open, and how many of them were cut at the deadline.
+   * `timeoutMs`), then stops the rest: rule watching, the admin server, Sentinel. From its start
+   * /readyz says not ready. Resolves with how many connections were open, and how many of them
+   * were cut at the deadline.
    */
   shutdown(timeoutMs: number): Promise<ShutdownCount>;
   /** Closes everything at once. */
@@ -77,9 +81,22 @@ export const RELOADABLE: readonly OptionName[] = [
   'shutdown-timeout-ms',
 ];
 
-export async function startApp(started: Config, log: Logger): Promise<App> {
+/**
+ * Starts the proxy. `sockets`: listening sockets systemd passed (socket activation), which stand
+ * in for --listen and --admin-listen.
+ */
+export async function startApp(started: Config, log: Logger, sockets: InheritedSockets = NO_INHERITED_SOCKETS): Promise<App> {
   /** The configuration in force; a reload replaces it. */
   let config = started;
+  if (sockets.client !== null && config.cluster !== null) {
+    throw new ConfigError(
+      `--cluster cannot take its listener from systemd (${describeInherited(sockets.client)}): ` +
+        'the node listeners are bound next to --listen at run time; start it without the socket unit',
+    );
+  }
+  if (sockets.ignored !== null) log.warn({ reason: sockets.ignored }, 'LISTEN_FDS ignored: listening on the listen settings');
+  /** Set once a shutdown begins: /readyz then says not ready, while the connections drain. */
+  let shuttingDown = false;
   const stats = new Stats();
   const refusals = new RefusalLog(log);
   const rules = new RuleStore({ paths: config.rulePaths, release: config.release, mode: config.mode }, log, stats);
@@ -89,6 +106,8 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   for (const warning of config.warnings) log.warn(warning);
   // One for the process: every listener's connections to an address learn for each other.
   const serverMethods = new ServerMethods();
+  // One for the process: verify asks the admin endpoint whether its connection came through any listener.
+  const verifyRuns = new VerifyRuns();
   const contextFor = (upstream: UpstreamConnector, nodes: NodeDirectory | null): ProxyContext => ({
     upstream,
     rules: () => rules.current,
@@ -110,10 +129,12 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     log,
     stats,
     refusals,
+    verifyRuns,
   });
 
   // Behind Sentinel the URL's host is replaced by the master's: nothing to compare.
-  if (config.sentinel === null) await refuseSelfLoop(config.listen, config.cluster?.seeds ?? [config.upstream]);
+  // (On a socket systemd passed, checked once it is listened on: its address is known only then.)
+  if (config.sentinel === null && sockets.client === null) await refuseSelfLoop(config.listen, config.cluster?.seeds ?? [config.upstream]);
   const sentinel = await startSentinel(config, log);
   // With --cluster: a listener per node; the --listen listener is the seed, going to any live node.
   // (Cluster and Sentinel never go together: the config refuses that.)
@@ -121,14 +142,24 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
   const locator = cluster ?? sentinel;
   const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, locator);
   const seed = await startProxy(
-    { listen: config.listen, tls: config.listenerTls, maxConnections: config.maxConnections },
+    { listen: sockets.client ?? config.listen, tls: config.listenerTls, maxConnections: config.maxConnections },
     contextFor(upstream, cluster),
   ).catch(async (err: Error) => {
     await Promise.all([cluster?.close(), sentinel?.close()]);
+    if (sockets.client !== null) throw new Error(`listen on ${describeInherited(sockets.client)}: ${err.message}`, { cause: err });
     const hint =
       (err as NodeJS.ErrnoException).code === 'EADDRINUSE' ? ' (another program listens there: stop it, or choose another --listen)' : '';
     throw new Error(`listen ${formatAddress(config.listen.host, config.listen.port)}: ${err.message}${hint}`, { cause: err });
   });
+  if (sockets.client !== null) {
+    if (config.sentinel === null) {
+      await refuseSelfLoop(seed.address, [config.upstream]).catch(async (err: Error) => {
+        await seed.close();
+        throw err;
+      });
+    }
+    logInheritedListener(log, 'listen', sockets.client, seed.address, config.listen);
+  }
 
   sentinel?.on('switch', (from, to) => {
     const closed = seed.closeSessionsTo(formatAddress(from.host, from.port));
@@ -140,6 +171,8 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
 
   let lastProbe = { at: 0, result: { ok: false, detail: 'not probed yet' } };
   const ready = async (): Promise<{ ok: boolean; detail: string }> => {
+    // A load balancer or probe must stop sending clients here as soon as the drain begins.
+    if (shuttingDown) return { ok: false, detail: 'shutting down: finishing in-flight requests, accepting no new connections' };
     if (rules.current.rules.length === 0) return { ok: false, detail: 'no rules loaded' };
     if (Date.now() - lastProbe.at > READY_CACHE_MS) {
       lastProbe = { at: Date.now(), result: await probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)) };
@@ -168,7 +201,8 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
           log,
         });
   let admin: AdminServer | null = null;
-  const adminListen = config.adminListen;
+  // An admin socket systemd passed is used even with --admin-listen off: the operator set it up.
+  const adminListen = sockets.admin ?? config.adminListen;
   if (adminListen !== null) {
     admin = await startAdminServer(adminListen, {
       registry: createMetricsRegistry(stats, {
@@ -181,14 +215,17 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
         sentinelMajority: sentinel === null ? undefined : () => sentinel.agreement().majority,
       }),
       ready,
-      rules: () => rulesView(rules.current, rules.mode, packageVersion()),
+      rules: () => rulesView(rules.current, rules.mode, packageVersion(), verifyRuns.instance),
+      verifyRuns,
       log,
       onRefused: (reason) => stats.adminConnectionRefused(reason),
     }).catch(async (err: Error) => {
       await Promise.all([seed.close(), cluster?.close(), sentinel?.close()]);
+      if ('fd' in adminListen) throw new Error(`admin server on ${describeInherited(adminListen)}: ${err.message}`, { cause: err });
       const where = formatAddress(adminListen.host, adminListen.port);
       throw new Error(`admin-listen ${where}: ${err.message} (another port, or --admin-listen off)`, { cause: err });
     });
+    if (sockets.admin !== null) logInheritedListener(log, 'admin-listen', sockets.admin, admin.address, config.adminListen);
   }
   if (config.watchRules) rules.watch();
   lockScan?.start();
@@ -264,6 +301,7 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
     },
     probeUpstream: () => probeUpstream(upstream, Math.min(config.connectTimeoutMs, 1500)),
     async shutdown(timeoutMs: number) {
+      shuttingDown = true;
       const counts = addShutdownCounts(await Promise.all([seed.shutdown(timeoutMs), cluster?.shutdown(timeoutMs)]));
       await stopRest();
       return counts;
@@ -273,6 +311,26 @@ export async function startApp(started: Config, log: Logger): Promise<App> {
       await stopRest();
     },
   };
+}
+
+/**
+ * Says that a socket systemd passed stands in for a listen setting: the setting's own address is
+ * not listened on. A warning when the two differ, since the operator may expect either.
+ */
+function logInheritedListener(
+  log: Logger,
+  setting: 'listen' | 'admin-listen',
+  socket: InheritedSocket,
+  bound: Address,
+  configured: Address | null,
+): void {
+  const listening = formatAddress(bound.host, bound.port);
+  const notUsed = configured === null ? 'off' : formatAddress(configured.host, configured.port);
+  const differs = configured === null || notUsed !== listening;
+  log[differs ? 'warn' : 'info'](
+    { [setting]: notUsed, listening, socket: describeInherited(socket) },
+    `listening on the socket systemd passed (LISTEN_FDS); the ${setting} setting is not used`,
+  );
 }
 
 async function startSentinel(config: Config, log: Logger): Promise<SentinelMonitor | null> {

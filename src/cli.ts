@@ -15,6 +15,7 @@ import './heap-growth.js';
 import { packageVersion, startApp, type App } from './app.js';
 import { rereadConfig, resolveConfig, type Config } from './config.js';
 import { ConfigError, ConfigProblems } from './errors.js';
+import { takeInheritedSockets } from './listen-fds.js';
 import { createLogger, exitAfterLog, type Logger } from './log.js';
 import type { Io } from './ops/command.js';
 import { serviceNotifier } from './service-notify.js';
@@ -23,7 +24,8 @@ import { announceReadiness } from './startup-readiness.js';
 
 async function run(config: Config, argv: string[]): Promise<void> {
   const log = createLogger(config.logLevel, config.logTime);
-  const app = await startApp(config, log);
+  // Socket activation: the listeners systemd passed, if any (the variables are removed either way).
+  const app = await startApp(config, log, takeInheritedSockets(process.env, process.pid));
   const notifier = await serviceNotifier(process.env, log);
   let stopReadiness = (): void => {};
   // Every signal handler is in place before the proxy says it is listening: a supervisor may

@@ -8,11 +8,13 @@ import net from 'node:net';
 import tls from 'node:tls';
 import type { Address } from './address.js';
 import type { ListenerTls } from './config.js';
+import { describeInherited, type InheritedSocket } from './listen-fds.js';
 import type { ProxyContext } from './session/context.js';
 import { Session } from './session/session.js';
 
 export interface ProxyServerOptions {
-  readonly listen: Address;
+  /** Where to bind, or a listening socket systemd passed (socket activation). */
+  readonly listen: Address | InheritedSocket;
   /** Serve clients over TLS. */
   readonly tls?: ListenerTls | null;
   /** Client connections at once; more are refused with Redis's own error. */
@@ -94,14 +96,21 @@ export function startProxy(options: ProxyServerOptions, ctx: ProxyContext): Prom
     });
   }
 
+  // On a socket systemd passed, close() closes this process's descriptor only: systemd keeps the
+  // socket listening, and connections made meanwhile wait for the next process to accept them.
   const stopAccepting = (): Promise<void> => new Promise((resolve) => server.close(() => resolve()));
 
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(options.listen.port, options.listen.host, () => {
+    const listening = (): void => {
       server.off('error', reject);
       server.on('error', (err) => ctx.log.error({ err: err.message }, 'listener error'));
-      const bound = server.address() as net.AddressInfo;
+      const bound = server.address();
+      if (bound === null || typeof bound === 'string') {
+        server.close();
+        reject(new Error(`${describeInherited(options.listen as InheritedSocket)} is not a TCP socket (the proxy listens on TCP only)`));
+        return;
+      }
       resolve({
         address: { host: bound.address, port: bound.port },
         get sessionCount() {
@@ -140,6 +149,8 @@ export function startProxy(options: ProxyServerOptions, ctx: ProxyContext): Prom
           await stopped;
         },
       });
-    });
+    };
+    if ('fd' in options.listen) server.listen({ fd: options.listen.fd }, listening);
+    else server.listen(options.listen.port, options.listen.host, listening);
   });
 }

@@ -1,7 +1,8 @@
 /**
  * Admin HTTP server: /metrics (Prometheus), /healthz (the process answers),
  * /readyz (the proxy can serve), /rules (the rules in force, JSON, for
- * `verify`). Loopback by default (see --admin-listen);
+ * `verify`), /verify/<nonce> (whether a verify run's connection came through
+ * this proxy), and / (the list of these). Loopback by default (see --admin-listen);
  * it has no authentication, so it should not be exposed beyond the host or
  * the pod.
  *
@@ -14,9 +15,10 @@
  * every REFUSAL_LOG_MS).
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../log.js';
+import { isVerifyNonce, type VerifyRuns } from '../verify-connection.js';
 import { FdBudget } from './fd-budget.js';
 
 /** How long /readyz waits for the readiness check before answering 503. */
@@ -52,6 +54,8 @@ export interface AdminServerOptions {
   log: Logger;
   /** The rules in force as /rules lists them (rules-view.ts); /rules answers 404 without it. */
   rules?: () => unknown;
+  /** The verify runs seen on the data port; /verify/<nonce> answers 404 without it. */
+  verifyRuns?: Pick<VerifyRuns, 'instance' | 'saw'>;
   /** Told of each connection refused (for a metric). */
   onRefused?: (reason: AdminRefusal) => void;
   /** The file descriptors it may take (default: this process's, from /proc). */
@@ -72,7 +76,11 @@ interface Reply {
   headers?: Record<string, string>;
 }
 
-export async function startAdminServer(listen: { host: string; port: number }, opts: AdminServerOptions): Promise<AdminServer> {
+/** `listen`: where to bind, or the descriptor of a listening socket systemd passed (socket activation). */
+export async function startAdminServer(
+  listen: { host: string; port: number } | { fd: number },
+  opts: AdminServerOptions,
+): Promise<AdminServer> {
   const { log } = opts;
   const metrics = new RenderedMetrics(opts.registry);
   const fds = opts.fdBudget ?? FdBudget.ofThisProcess();
@@ -108,14 +116,20 @@ export async function startAdminServer(listen: { host: string; port: number }, o
   await new Promise<void>((resolve, reject) => {
     const onError = (err: Error): void => reject(err);
     server.once('error', onError);
-    server.listen(listen.port, listen.host, () => {
+    const listening = (): void => {
       server.off('error', onError);
       resolve();
-    });
+    };
+    if ('fd' in listen) server.listen({ fd: listen.fd }, listening);
+    else server.listen(listen.port, listen.host, listening);
   });
   server.on('error', (err) => log.error({ err }, 'admin server error'));
 
-  const bound = server.address() as AddressInfo;
+  const bound = server.address();
+  if (bound === null || typeof bound === 'string') {
+    server.close();
+    throw new Error('not a TCP socket (the admin server listens on TCP only)');
+  }
   const address = { host: bound.address, port: bound.port };
   log.info({ host: address.host, port: address.port }, 'admin server listening');
 
@@ -140,7 +154,8 @@ async function respond(req: IncomingMessage, res: ServerResponse, opts: AdminSer
   const query = url.indexOf('?');
   const path = query === -1 ? url : url.slice(0, query);
 
-  if (path !== '/metrics' && path !== '/healthz' && path !== '/readyz' && (path !== '/rules' || opts.rules === undefined)) {
+  const verifyNonce = opts.verifyRuns !== undefined && path.startsWith(VERIFY_PATH) ? path.slice(VERIFY_PATH.length) : undefined;
+  if (!endpoints(opts).some((endpoint) => endpoint.path === path) && (verifyNonce === undefined || !isVerifyNonce(verifyNonce))) {
     send(req, res, { status: 404, body: 'not found\n' });
     return;
   }
@@ -149,7 +164,14 @@ async function respond(req: IncomingMessage, res: ServerResponse, opts: AdminSer
     return;
   }
 
+  if (verifyNonce !== undefined) {
+    send(req, res, verifyRunReply(verifyNonce, opts.verifyRuns as Pick<VerifyRuns, 'instance' | 'saw'>));
+    return;
+  }
   switch (path) {
+    case '/':
+      send(req, res, { status: 200, body: endpointList(opts) });
+      return;
     case '/metrics': {
       const body = await metrics.text();
       send(req, res, { status: 200, body, contentType: opts.registry.contentType });
@@ -170,6 +192,39 @@ async function respond(req: IncomingMessage, res: ServerResponse, opts: AdminSer
       return;
     }
   }
+}
+
+const VERIFY_PATH = '/verify/';
+
+/** The endpoints this server answers, with a few words on each, as `GET /` lists them. */
+function endpoints(opts: AdminServerOptions): Array<{ path: string; what: string }> {
+  return [
+    { path: '/', what: 'this list' },
+    { path: '/metrics', what: 'Prometheus metrics' },
+    { path: '/healthz', what: '200 while the process runs' },
+    { path: '/readyz', what: '200 while the proxy can serve (rules loaded, Redis answers), else 503' },
+    ...(opts.rules === undefined ? [] : [{ path: '/rules', what: 'the rules in force, as JSON (read by verify)' }]),
+    ...(opts.verifyRuns === undefined
+      ? []
+      : [{ path: `${VERIFY_PATH}NONCE`, what: "200 when a verify run's connection came through this proxy, else 404" }]),
+  ];
+}
+
+function endpointList(opts: AdminServerOptions): string {
+  const list = endpoints(opts);
+  const width = Math.max(...list.map((endpoint) => endpoint.path.length));
+  return list.map((endpoint) => `${endpoint.path.padEnd(width)}  ${endpoint.what}\n`).join('');
+}
+
+/**
+ * Whether a connection named by the verify run `nonce` came through this proxy lately: verify
+ * asks it to learn that this admin endpoint and the data port it went through are one proxy.
+ */
+function verifyRunReply(nonce: string, runs: Pick<VerifyRuns, 'instance' | 'saw'>): Reply {
+  if (runs.saw(nonce)) {
+    return { status: 200, body: `${JSON.stringify({ instance: runs.instance, nonce })}\n`, contentType: 'application/json; charset=utf-8' };
+  }
+  return { status: 404, body: `not seen: no connection of verify run ${nonce} came through this proxy lately\n` };
 }
 
 /** The readiness check, bounded by READY_TIMEOUT_MS; a check that throws counts as not ready. */

@@ -3,7 +3,7 @@
  * tarball (here into a throwaway prefix). The installed command runs from any directory, finds
  * its shipped rules, proxies, tells systemd it is ready (NOTIFY_SOCKET) and verifies; and
  * `systemd-analyze verify` accepts the example unit with its ExecStart pointing at that
- * installed command.
+ * installed command, and its socket unit with it.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -18,6 +18,7 @@ import { freePort } from '../support/ports.js';
 
 const run = promisify(execFile);
 const UNIT = path.join(ROOT, 'examples/systemd/redis-lock-proxy.service');
+const SOCKET_UNIT = path.join(ROOT, 'examples/systemd/redis-lock-proxy.socket');
 
 let tmp: string;
 let installed: string;
@@ -100,7 +101,7 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
     expect(broken.stderr).toContain(`${path.join(rules, 'site.yaml')}: invalid YAML`);
   });
 
-  it('passes systemd-analyze verify, with ExecStart at the installed command', async () => {
+  it('passes systemd-analyze verify, with ExecStart at the installed command, alone and with its socket unit', async () => {
     const unit = readFileSync(UNIT, 'utf8');
     expect(unit).toMatch(/^ExecStart=\/usr\/local\/bin\/redis-lock-proxy$/m);
     // The unit as docs/running.md installs it, but where this test installed the command.
@@ -108,6 +109,14 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
     writeFileSync(file, unit.replaceAll('/usr/local/bin/redis-lock-proxy', installed));
     const { stdout, stderr } = await run('systemd-analyze', ['verify', file]);
     expect(stdout + stderr).toBe('');
+    // The socket unit beside it (its Documentation= too is a file the package holds).
+    const socketUnit = readFileSync(SOCKET_UNIT, 'utf8');
+    const socketFile = path.join(tmp, 'redis-lock-proxy.socket');
+    writeFileSync(socketFile, socketUnit);
+    const withSocket = await run('systemd-analyze', ['verify', file, socketFile]);
+    expect(withSocket.stdout + withSocket.stderr).toBe('');
+    const socketDocumentation = /^Documentation=file:\/\/\/usr\/local\/lib\/node_modules\/redis-lock-proxy\/(\S+)$/m.exec(socketUnit)?.[1];
+    expect(existsSync(path.join(tmp, 'prefix', 'lib', 'node_modules', 'redis-lock-proxy', socketDocumentation ?? '-'))).toBe(true);
     // What docs/running.md promises of it.
     // Its Documentation= is a file the installed package holds.
     const documentation = /^Documentation=file:\/\/\/usr\/local\/lib\/node_modules\/redis-lock-proxy\/(\S+)$/m.exec(unit)?.[1];
@@ -125,6 +134,8 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
       'ProtectSystem=strict',
       'User=redis-lock-proxy',
       'StandardOutput=journal',
+      // The socket unit when there is one (a restart then refuses no connection); without it the proxy binds --listen.
+      'Wants=redis-lock-proxy.socket\nAfter=redis-lock-proxy.socket',
     ]) {
       expect(unit).toContain(`\n${line}\n`);
     }
