@@ -3,7 +3,7 @@
  * REDIS_LOCK_PROXY_* variable, flag and config key they use is one the proxy has; their ports
  * and paths agree with the container image's defaults; the alert rules pass `promtool check
  * rules`; and every metric the alerts and the dashboard use is one a running proxy exports.
- * (The systemd unit is checked with `systemd-analyze verify` against an installed command, in
+ * (The systemd units are checked with `systemd-analyze verify` against an installed command, in
  * e2e/install-from-tarball.test.ts.)
  */
 import { execFile } from 'node:child_process';
@@ -30,6 +30,7 @@ const FILES = [
   'kubernetes/stalwart-with-proxy.yaml',
   'kubernetes/admin-network-policy.yaml',
   'systemd/redis-lock-proxy.service',
+  'systemd/redis-lock-proxy.socket',
   'systemd/config.yaml',
   'systemd/stalwart-after-proxy.conf',
   'monitoring/alerts.yaml',
@@ -81,7 +82,8 @@ describe('examples/', () => {
     };
     const proxyEnv = compose.services['redis-lock-proxy'].environment ?? {};
     expect(port(proxyEnv.REDIS_LOCK_PROXY_ADMIN_LISTEN)).toBe(adminPort);
-    expect(compose.services.stalwart.ports).toContain(`127.0.0.1:${adminPort}:${adminPort}`);
+    // Stalwart joins the proxy's network namespace: the proxy's service publishes the ports.
+    expect(compose.services['redis-lock-proxy'].ports).toContain(`127.0.0.1:${adminPort}:${adminPort}`);
     expect(port(proxyEnv.REDIS_LOCK_PROXY_LISTEN)).toBe(6380);
 
     const k8s = yamlOf('kubernetes/stalwart-with-proxy.yaml') as {
@@ -118,6 +120,8 @@ describe('examples/', () => {
     expect(read('systemd/config.yaml').split('\n')[0]).toContain(configPath);
     const config = yamlOf('systemd/config.yaml');
     expect(port(String(config.listen))).toBe(6380);
+    // The socket unit listens where the config file says: with it or without it, Stalwart's URL is the same.
+    expect(/^ListenStream=(\S+)$/m.exec(read('systemd/redis-lock-proxy.socket'))?.[1]).toBe(String(config.listen));
     const prometheus = yamlOf('monitoring/prometheus.yaml') as { scrape_configs: Array<{ static_configs: Array<{ targets: string[] }> }> };
     expect(port(prometheus.scrape_configs[0].static_configs[0].targets[0])).toBe(port(String(config['admin-listen'])));
   });

@@ -1,7 +1,7 @@
 /**
  * The notes for podman in docs/running.md, as far as this host can check them without an engine:
  * the ulimits they give are those `.ci/container-engine.sh` makes the container tests run with,
- * the health check they run by hand is the one the Compose example waits on, and the build
+ * the health checks they run by hand are those the Compose example waits on, and the build
  * they give builds the Compose example's proxy. The container tests run them for real: the image
  * under the documented ulimits (containers/image.test.ts), Compose's health checks run by hand
  * and the documented build (containers/compose.test.ts).
@@ -42,7 +42,7 @@ describe('docs/running.md, under podman', () => {
     }
   });
 
-  it('runs by hand the health check the Compose example waits on', () => {
+  it('runs by hand the health checks the Compose example waits on, in the order it waits', () => {
     const file = path.join(ROOT, 'examples/compose/compose.yaml');
     const compose = parseYaml(fs.readFileSync(file, 'utf8')) as {
       services: Record<string, { healthcheck?: unknown; depends_on?: Record<string, { condition: string }> | string[] }>;
@@ -54,10 +54,14 @@ describe('docs/running.md, under podman', () => {
             .filter(([, dependency]) => dependency.condition === 'service_healthy')
             .map(([name]) => name),
     );
-    expect(waitedOn).toEqual(['redis']);
-    expect(compose.services.redis.healthcheck).toBeDefined();
+    // Redis before the proxy, the proxy before Stalwart.
+    expect(waitedOn).toEqual(['redis', 'redis-lock-proxy']);
+    for (const name of waitedOn) expect(compose.services[name].healthcheck, name).toBeDefined();
     // Compose's name for the service's container: <project>-<service>-1, the project named after the file's directory.
-    expect(notes.healthCheck).toBe(`until podman healthcheck run ${path.basename(path.dirname(file))}-redis-1; do sleep 1; done`);
+    const project = path.basename(path.dirname(file));
+    expect(notes.healthCheck).toBe(
+      waitedOn.map((name) => `until podman healthcheck run ${project}-${name}-1; do sleep 1; done`).join('\n'),
+    );
   });
 
   it("builds the Compose example's proxy with the classic builder, or else under the name Compose gives it", () => {

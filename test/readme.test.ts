@@ -34,6 +34,8 @@ const OTHER_FLAGS = new Set([
   'no-create-home',
   'shell',
   'now',
+  'allow-scripts',
+  'quiet',
   // git and Redis's own test suite (runtest), run against the proxy
   'branch',
   'enable-debug-command',
@@ -46,6 +48,8 @@ const OTHER_FLAGS = new Set([
   // podman's ulimits, and mmdebstrap for a base image built from Debian packages
   'ulimit',
   'variant',
+  // podman's and Docker's run of an image carried in
+  'pull',
 ]);
 
 describe('README.md and docs/', () => {

@@ -14,7 +14,11 @@
  * - podman runs init containers to completion before the others, so a native
  *   sidecar (an init container with restartPolicy Always) would hold the pod
  *   forever: it runs under `containers:`, as the manifest says for clusters
- *   before 1.29;
+ *   before 1.29. The start order a kubelet gives a native sidecar cannot be
+ *   seen here; the test checks what it rests on: the manifest's sidecar is an
+ *   init container with restartPolicy Always, and its startupProbe (which a
+ *   kubelet waits for before it starts Stalwart) fails while Redis does not
+ *   answer and passes once it does;
  * - podman schedules no probes without systemd (and turns an httpGet probe on
  *   a named port into a curl command the image does not have): the test sends
  *   each probe's request itself, to the pod's address and the named port, as a
@@ -215,6 +219,33 @@ describe.skipIf(setup.skip !== undefined || podmanOnly !== undefined)('the Kuber
     expect((JSON.parse(started) as { ruleFiles: string[] }).ruleFiles.map((f) => path.basename(f)).sort()).toEqual(
       readdirSync(path.join(ROOT, 'rules/stalwart')).sort(),
     );
+  });
+
+  it('holds Stalwart back while the proxy cannot serve: the sidecar’s startupProbe fails until Redis answers', async () => {
+    // What a kubelet needs to start the sidecar before Stalwart, and Stalwart only once the probe passes.
+    expect(sidecar.restartPolicy).toBe('Always');
+    expect(template.spec.containers.map((c) => c.name)).toEqual(['stalwart']);
+    const probeUrl = async (proxy: Container, kind: string) => {
+      const probe = (sidecar[kind] as Probe).httpGet;
+      const port = typeof probe.port === 'number' ? probe.port : sidecar.ports?.find((p) => p.name === probe.port)?.containerPort;
+      return `http://${await proxy.address(network.name)}:${port}${probe.path}`;
+    };
+    // The Secret's upstream, but on a port where nothing listens: Redis does not answer.
+    const { proxy } = await play([], (container) => {
+      container.env = container.env?.map((e) =>
+        e.name === 'REDIS_LOCK_PROXY_UPSTREAM' ? { name: e.name, value: `redis://${redis.name}:1` } : e,
+      );
+    });
+    await proxy.waitForLog(/redis-lock-proxy listening/);
+    expect(await httpGet(await probeUrl(proxy, 'livenessProbe'))).toMatchObject({ status: 200 });
+    const startup = await httpGet(await probeUrl(proxy, 'startupProbe'));
+    expect(startup.status, startup.body).toBe(503);
+    // As shipped, with Redis answering, the same probe passes (the first test plays that pod too).
+    const { proxy: answered } = await play([]);
+    await vi.waitFor(async () => expect(await httpGet(await probeUrl(answered, 'startupProbe'))).toMatchObject({ status: 200 }), {
+      timeout: 60_000,
+      interval: 500,
+    });
   });
 
   it('fixes the lock once its args are removed (rollout step 2, as the manifest’s comment says)', async () => {
