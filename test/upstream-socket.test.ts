@@ -52,6 +52,11 @@ async function writeUntilRefusedThenRead(socket: net.Socket, refusal: { seen: bo
     socket.once('connect', resolve);
     socket.once('error', reject);
   });
+  // Again, now that it is connected: an onread socket's pause stops its handle's reads only once
+  // connected, and the 'data' listener's resume has started them on connect. Were they running,
+  // Redis's reset (it closes with our PING unread, when the PING beats its close) could come in
+  // as a read error before any write is refused.
+  socket.pause();
   await new Promise((resolve) => setTimeout(resolve, firstWriteAfterMs));
   const deadline = Date.now() + 20_000;
   while (!refusal.seen && !socket.destroyed) {
