@@ -1,5 +1,5 @@
 /**
- * `redis-lock-proxy locks --upstream URL [--rules PATH]... [--stalwart VERSION] [--count N]
+ * `redis-lock-proxy locks --upstream URL [--rules PATH]... [--stalwart VERSION]... [--count N]
  *                         [--scan-budget-ms N] [--recheck-ms N] [--json]
  *                         [--release KEY... | --release-hex HEX... [--release-live] [--yes | --dry-run]]
  *                         [--release-abandoned [--yes | --dry-run]]`
@@ -76,8 +76,9 @@ Options (environment variable in brackets; flags win):
                           [REDIS_LOCK_PROXY_RULES, comma-separated]
                           (default: the shipped rules, every affected Stalwart
                           release)
-  --stalwart VERSION      only the rule files for this Stalwart release, e.g.
-                          0.15.3: its lock kinds, decoded as it writes them
+  --stalwart VERSION      only the rule files for these Stalwart releases, e.g.
+                          0.15.3,0.16.9 (repeatable or comma-separated): their
+                          lock kinds, decoded as they write them
                           [REDIS_LOCK_PROXY_STALWART]
   --count N               SCAN COUNT hint per call, 1 to ${MAX_SCAN_COUNT} (default 1000)
   --scan-budget-ms N      stop scanning after this long (default ${DEFAULT_SCAN_BUDGET_MS});
@@ -231,7 +232,7 @@ export const LOCKS_FLAGS = {
   'upstream-servername': { type: 'string' },
   'upstream-insecure': { type: 'boolean' },
   rules: { type: 'string', multiple: true },
-  stalwart: { type: 'string' },
+  stalwart: { type: 'string', multiple: true },
   count: { type: 'string' },
   'scan-budget-ms': { type: 'string' },
   'recheck-ms': { type: 'string' },

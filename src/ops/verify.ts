@@ -1,13 +1,13 @@
 /**
- * `redis-lock-proxy verify --via HOST:PORT [--rules PATH]... [--stalwart VERSION] [--timeout-ms N]`
+ * `redis-lock-proxy verify --via HOST:PORT [--rules PATH]... [--stalwart VERSION]... [--timeout-ms N]`
  *
  * Proves, through a running proxy, that each enforce-mode rule's keys get the fix: on a scratch
  * key the rule matches, a first lock attempt sets the expiry, and a second attempt (a "loser")
  * leaves the expiry where it was instead of re-arming it. The rules are the running proxy's, as
  * its admin endpoint lists them (`--admin`; verify-rules.ts), or verify's own where it cannot ask.
- * With `--stalwart VERSION` the rules are that release's, so the scratch keys have its real key
- * shapes, one per lock kind, and the proxy must enforce each; a release without the bug is said
- * to be so, and nothing is touched. Talks to HOST:PORT exactly as an application would (ioredis,
+ * With `--stalwart VERSION` (a list for a mixed fleet) the rules are those releases', so the
+ * scratch keys have their real key shapes, one per lock kind, and the proxy must enforce each;
+ * releases without the bug are said to be so, and nothing is touched. Talks to HOST:PORT exactly as an application would (ioredis,
  * `multi().incrby().expire().exec()`), so it fails when the client is not really going through
  * the proxy, or the proxy does not load the rule in enforce mode, and says which it knows.
  *
@@ -33,7 +33,7 @@ import { formatAddress, parseAddress, type Address } from '../address.js';
 import { chooseRules, type RuleChoice } from '../config.js';
 import { UsageError } from '../errors.js';
 import { stalwartRelease } from '../rules/stalwart.js';
-import { readCommandSettings, text } from '../settings.js';
+import { list, readCommandSettings } from '../settings.js';
 import { nonEmpty, parseCommandLine, type FlagTable, integerOption, usageFailed, type Io } from './command.js';
 import { newVerifyNonce, verifyClientName } from '../verify-connection.js';
 import { adminAddress, askProxyRules, confirmSameProxy, type ProxyRules } from './proxy-rules.js';
@@ -62,9 +62,10 @@ Options:
                         [REDIS_LOCK_PROXY_RULES, comma-separated]
                         (default: the shipped rules, every affected Stalwart
                         release)
-  --stalwart VERSION    verify with the lock kinds of this Stalwart release,
-                        e.g. 0.15.3, on its real key shapes; says so when the
-                        release does not have the bug [REDIS_LOCK_PROXY_STALWART]
+  --stalwart VERSION    verify with the lock kinds of these Stalwart releases,
+                        e.g. 0.15.3,0.16.9 (repeatable or comma-separated), on
+                        their real key shapes; says so when none has the bug
+                        [REDIS_LOCK_PROXY_STALWART]
   --timeout-ms N        give up after N ms in all (default 5000)
   --user NAME           AUTH user, if the Redis behind the proxy wants one from
                         the client [REDIS_LOCK_PROXY_VERIFY_USER]
@@ -194,7 +195,7 @@ export const VERIFY_FLAGS = {
   via: { type: 'string' },
   admin: { type: 'string' },
   rules: { type: 'string', multiple: true },
-  stalwart: { type: 'string' },
+  stalwart: { type: 'string', multiple: true },
   'timeout-ms': { type: 'string' },
   user: { type: 'string' },
   password: { type: 'string' },
@@ -221,9 +222,14 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
     throw new UsageError('--user needs --password (or REDIS_LOCK_PROXY_VERIFY_PASSWORD)');
   }
   const settings = readCommandSettings(['rules', 'stalwart'], values, env);
-  const stalwart = text(settings, 'stalwart');
-  const release = stalwart === undefined ? undefined : stalwartRelease(stalwart);
-  const notAffected = release?.kind === 'not-affected' ? release.reason : undefined;
+  const stalwart = list(settings, 'stalwart') ?? [];
+  // Only releases without the bug: nothing to verify (said, not refused). A list with an affected
+  // release, or with a mistake in it, is chooseRules' to read and to refuse.
+  const releases = stalwart.map(stalwartRelease);
+  const notAffected =
+    releases.length > 0 && releases.every((release) => release.kind === 'not-affected')
+      ? releases.map((release) => (release as { reason: string }).reason).join('; ')
+      : undefined;
   const nonce = newVerifyNonce();
   return {
     nonce,
@@ -231,7 +237,7 @@ function parseOptions(argv: string[], env: NodeJS.ProcessEnv): VerifyOptions | '
     via,
     viaText: formatAddress(via.host, via.port),
     rules: notAffected !== undefined ? { paths: [], release: undefined } : chooseRules(settings),
-    scoped: values.rules !== undefined || stalwart !== undefined,
+    scoped: values.rules !== undefined || stalwart.length > 0,
     admin: adminAddress(values.admin, env, via),
     notAffected,
     timeoutMs,

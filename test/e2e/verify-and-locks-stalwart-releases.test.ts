@@ -101,9 +101,33 @@ describe('verify --stalwart VERSION', () => {
       });
       expect(await runOp(verify, ['--via', `127.0.0.1:${closed}`, '--stalwart', version])).toMatchObject({ code: 1 });
     }
+    // A fleet whose every release is fixed: each is said, nothing is touched.
+    expect(await runOp(verify, ['--via', via, '--stalwart', '0.16.16', '--stalwart', '0.16.18'])).toMatchObject({
+      code: 0,
+      stdout: expect.stringMatching(
+        /^verify: OK: Stalwart 0\.16\.16 is not affected: .*; Stalwart 0\.16\.18 is not affected: .*; nothing to verify/,
+      ),
+    });
     const vague = await runOp(verify, ['--via', `127.0.0.1:${closed}`, '--stalwart', '0.15']);
     expect(vague.code).toBe(2);
     expect(vague.stderr).toMatch(/"0\.15" is not a Stalwart release number/);
+  });
+});
+
+describe('verify --stalwart for a mixed fleet', () => {
+  it('takes the flag repeated as it takes a comma list: the union of the releases’ lock kinds, each proved', async () => {
+    const via = ['--via', `127.0.0.1:${env.proxy.port}`, '--admin', 'off'];
+    const repeated = await runOp(verify, [...via, '--stalwart', '0.15.5', '--stalwart', '0.16.9']);
+    const listed = await runOp(verify, [...via, '--stalwart', '0.15.5,0.16.9']);
+    const only016 = await runOp(verify, [...via, '--stalwart', '0.16.9']);
+    expect(repeated.stderr).toBe('');
+    expect(repeated.code).toBe(0);
+    expect(repeated.stdout).toMatch(/for Stalwart 0\.15\.0 - 0\.15\.5, Stalwart 0\.16\.0 - 0\.16\.15 /);
+    expect(listed).toEqual(repeated);
+    const rules = (out: string): string[] => / for [^(]*\(([^)]*)\)/.exec(out)?.[1].split(', ') ?? [];
+    // The 0.16 task lock is there, and so is every 0.15-only kind: nothing dropped by the second flag.
+    expect(rules(repeated.stdout)).toEqual(expect.arrayContaining(rules(only016.stdout)));
+    expect(rules(repeated.stdout).length).toBeGreaterThan(rules(only016.stdout).length);
   });
 });
 
@@ -145,6 +169,19 @@ describe('locks, every release line', () => {
       .map((line) => (JSON.parse(line) as { what: string }).what)
       .sort();
     expect(whats).toEqual(['queue message 42 in queue "local"', 'task 1234']);
+    const keys = async (...stalwart: string[]): Promise<string[]> => {
+      const out = await runOp(locks, ['--upstream', env.redis.url, '--json', '--recheck-ms', '0', ...stalwart]);
+      expect(out.code).toBe(0);
+      return out.stdout
+        .trim()
+        .split('\n')
+        .map((line) => (JSON.parse(line) as { key: string }).key)
+        .sort();
+    };
+    // A mixed fleet: the flag repeated is the comma list, the union of both releases' lock keys.
+    const fleet = await keys('--stalwart', '0.15.5', '--stalwart', '0.16.9');
+    expect(fleet).toEqual(await keys('--stalwart', '0.15.5,0.16.9'));
+    expect(fleet).toEqual([...new Set([...(await keys('--stalwart', '0.15.5')), ...(await keys('--stalwart', '0.16.9'))])].sort());
     const fixed = await runOp(locks, ['--upstream', env.redis.url, '--stalwart', '0.16.16']);
     expect(fixed.code).toBe(2);
     expect(fixed.stderr).toMatch(/Stalwart 0\.16\.16 is not affected/);
