@@ -83,12 +83,13 @@ describe('the command installed from the tarball', () => {
 });
 
 describe('examples/systemd/redis-lock-proxy.service', () => {
-  it('runs check before a start and a reload as the unit does: the example config passes, a broken rule file does not', async () => {
+  it('runs check before a reload as the unit does: the example config passes, a broken rule file does not', async () => {
     const unit = readFileSync(UNIT, 'utf8');
     // The environment the unit gives its commands: the config file, here the shipped example.
     const environment = /^Environment=(REDIS_LOCK_PROXY_CONFIG)=(.*)$/m.exec(unit);
     expect(environment?.[2]).toBe('/etc/redis-lock-proxy/config.yaml');
-    const command = /^ExecStartPre=\/usr\/local\/bin\/redis-lock-proxy (.*)$/m.exec(unit)?.[1].split(' ') ?? [];
+    const command = /^ExecReload=\/usr\/local\/bin\/redis-lock-proxy (.*)$/m.exec(unit)?.[1].split(' ') ?? [];
+    expect(command).toEqual(['check']);
     const env = { REDIS_LOCK_PROXY_CONFIG: path.join(ROOT, 'examples/systemd/config.yaml'), REDIS_LOCK_PROXY_ADMIN_LISTEN: '' };
     const ok = await runCli(command, env, 10_000, installed);
     expect(ok.stdout, ok.stderr).toMatch(/^check: OK: listen 127\.0\.0\.1:6380, .*mode observe, /);
@@ -99,6 +100,11 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
     const broken = await runCli([...command, '--rules', rules], env, 10_000, installed);
     expect(broken.code).toBe(2);
     expect(broken.stderr).toContain(`${path.join(rules, 'site.yaml')}: invalid YAML`);
+    // A start (ExecStart) refuses the same file itself, with the exit status the unit does not retry.
+    const start = await runCli(['--rules', rules], env, 10_000, installed);
+    expect(start.code).toBe(2);
+    expect(start.stderr).toContain(`${path.join(rules, 'site.yaml')}: invalid YAML`);
+    expect(readFileSync(UNIT, 'utf8')).toMatch(/^RestartPreventExitStatus=2$/m);
   });
 
   it('passes systemd-analyze verify, with ExecStart at the installed command, alone and with its socket unit', async () => {
@@ -126,8 +132,7 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
       'Before=stalwart.service stalwart-mail.service',
       'Type=notify', // Stalwart, ordered after it, starts once the proxy listens and Redis answers
       'RestartPreventExitStatus=2', // a configuration error is not retried every 2 s
-      // Everything a start and a reload would use is checked first; a reload that does not check goes no further.
-      'ExecStartPre=/usr/local/bin/redis-lock-proxy check',
+      // Everything a reload would use is checked first; a reload that does not check goes no further.
       'ExecReload=/usr/local/bin/redis-lock-proxy check\nExecReload=/bin/kill -HUP $MAINPID',
       'Restart=on-failure',
       'NoNewPrivileges=yes',
@@ -139,5 +144,8 @@ describe('examples/systemd/redis-lock-proxy.service', () => {
     ]) {
       expect(unit).toContain(`\n${line}\n`);
     }
+    // RestartPreventExitStatus= reads the main process's status only: a check in ExecStartPre that
+    // failed would be retried every RestartSec until the start limit. The start checks itself.
+    expect(unit).not.toMatch(/^ExecStartPre=/m);
   });
 });
