@@ -105,7 +105,7 @@ describe('ReplyStream', () => {
     const port = new FakePort();
     const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
     stream.capture(() => port.events.push('own'));
-    stream.stopCounting();
+    stream.stopCounting(false);
     expect(stream.passingThrough).toBe(false);
     feed(stream, '+OK\r\n');
     expect([stream.passingThrough, port.events]).toEqual([true, ['own']]);
@@ -189,7 +189,7 @@ describe('ReplyStream', () => {
       vi.useFakeTimers();
       const port = new FakePort();
       const stream = new ReplyStream(port, null, 1000);
-      stream.stopCounting();
+      stream.stopCounting(true);
       stream.awaitMarker(new ResetMarker(), () => port.events.push('found'));
       for (let i = 0; i < 10; i++) {
         vi.advanceTimersByTime(900);
@@ -217,7 +217,7 @@ describe('ReplyStream', () => {
       vi.useFakeTimers();
       const port = new FakePort();
       const stream = new ReplyStream(port, null, 1000);
-      stream.stopCounting();
+      stream.stopCounting(true);
       stream.awaitMarker(new ResetMarker(), () => port.events.push('found'));
       feed(stream, '+message\r\n');
       vi.advanceTimersByTime(1000);
@@ -238,7 +238,7 @@ describe('ReplyStream', () => {
           const port = new FakePort();
           const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
           const own: string[] = [];
-          stream.stopCounting();
+          stream.stopCounting(true);
           stream.awaitMarker(marker, () => {
             port.events.push('found');
             stream.capture((reply) => own.push(reply.toString('latin1')));
@@ -250,6 +250,50 @@ describe('ReplyStream', () => {
           expect(port.client).toBe(before + ':5\r\n');
           expect(stream.pending).toBe(false);
         }),
+      );
+    });
+
+    it('finds the refusal when the RESET comes after a read that ended anywhere in a frame of the pipe', () => {
+      const marker = new ResetMarker();
+      const name = /\$\d+\r\n(.*)\r\n$/.exec(marker.command.toString('latin1'))?.[1];
+      // A subscriber's backlog: messages whose bodies hold bytes that start no frame (`m`), and
+      // lines that look like errors inside bulk strings.
+      const message = (i: number, body: string): string => `*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$${body.length}\r\n${body}\r\n`;
+      const backlog = [message(0, 'm'.repeat(40)), message(1, '-ERR x\r\n'), ':7\r\n', message(2, 'mm')].join('');
+      const text = `${backlog}-ERR unknown command '${name}', with args beginning with: \r\n+OK\r\n`;
+      fc.assert(
+        fc.property(
+          fc.integer({ min: 1, max: backlog.length }),
+          fc.array(fc.integer({ min: 1, max: text.length - 1 }), { maxLength: 4 }),
+          (reset, cuts) => {
+            const port = new FakePort();
+            const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
+            stream.stopCounting(true); // a pipe (SUBSCRIBE) that a RESET may end
+            expect(stream.passingThrough).toBe(false);
+            const bytes = Buffer.from(text, 'latin1');
+            // What Redis sent before the client's RESET came: read, in pieces, as a pipe.
+            for (const piece of splitAt(
+              bytes.subarray(0, reset),
+              cuts.filter((cut) => cut < reset),
+            ))
+              stream.process(piece);
+            const own: string[] = [];
+            stream.awaitMarker(marker, () => {
+              port.events.push('found');
+              stream.capture((reply) => own.push(reply.toString('latin1')));
+            });
+            for (const piece of splitAt(
+              bytes.subarray(reset),
+              cuts.filter((cut) => cut > reset).map((cut) => cut - reset),
+            )) {
+              stream.process(piece);
+            }
+            expect(port.events).toEqual(['found']);
+            expect(own).toEqual(['+OK\r\n']);
+            expect(port.client).toBe(backlog);
+            expect(stream.framesFollowed).toBe(true);
+          },
+        ),
       );
     });
 
@@ -280,7 +324,7 @@ describe('ReplyStream', () => {
     }
     const port = new FakePort();
     const stream = new ReplyStream(port, redirectWatch(rewrite), OWN_REPLY_TIMEOUT_MS);
-    stream.stopCounting();
+    stream.stopCounting(false);
     expect(stream.passingThrough).toBe(false); // redirects still name nodes
     feed(stream, '-MOVED 3 10.0.0.9:6379\r\n');
     expect(port.client).toBe('-MOVED 3 proxy:7001\r\n');
@@ -335,7 +379,7 @@ describe('ReplyStream', () => {
 
     it('also once replies are no longer counted', async () => {
       const { port, stream, settle } = waitingStream();
-      stream.stopCounting();
+      stream.stopCounting(false);
       feed(stream, TEXT);
       expect(port.client).toBe(BEFORE);
       await settle();

@@ -10,6 +10,9 @@
  * - a marker: the connection was a plain pipe when the client sent RESET, so the replies before
  *   it cannot be counted; they pass through until the refusal of the proxy's marker command
  *   sent right after the RESET (reset-marker.ts), which is dropped, and counting starts again.
+ *   The refusal is known only where a frame starts, so in a pipe that a RESET may end the
+ *   scanner goes on finding frames (without counting them): a read from Redis may end anywhere
+ *   in one, and the RESET may come after any read.
  *
  * When the count is lost (more replies than requests, a stream that is not RESP), the connection
  * stops being interpreted, unless a reply of the proxy's own is due: then its state is unknown,
@@ -92,6 +95,11 @@ export class ReplyStream {
   private passing = false;
   /** Stop counting once the marks due now are passed (the connection became a pipe). */
   private passWhenDone = false;
+  /**
+   * In a pipe that a RESET may end: frames are still found (not counted), so that the scanner
+   * stands where a frame starts when the marker's refusal is looked for.
+   */
+  private followFrames = false;
   /** Error lines acted on: -MOVED/-ASK with --cluster, the marker's refusal after a RESET. */
   private readonly lines: ErrorLines;
   /** In front of a cluster: -MOVED/-ASK lines are rewritten, even once replies are no longer counted. */
@@ -128,7 +136,15 @@ export class ReplyStream {
 
   /** Whether chunks can go to the client without being looked at. */
   get passingThrough(): boolean {
-    return this.passing && !this.redirectScan && this.behindLine === null;
+    return this.passing && !this.redirectScan && !this.followFrames && this.behindLine === null;
+  }
+
+  /**
+   * Whether the replies are followed frame by frame: a RESET's marker can be found. Not once the
+   * stream held something the scanner cannot read; the session then leaves a RESET in the pipe.
+   */
+  get framesFollowed(): boolean {
+    return this.scanner.error === '';
   }
 
   /** Whether any reply is still due: for a forwarded frame, or of the proxy's own, or one waiting behind a line. */
@@ -206,9 +222,13 @@ export class ReplyStream {
     this.clockOwnReply();
   }
 
-  /** Replies stop being counted: at once, or after the marks still due. */
-  stopCounting(): void {
+  /**
+   * Replies stop being counted: at once, or after the marks still due. `resettable`: a RESET may
+   * end the pipe, so frames are still followed (followFrames).
+   */
+  stopCounting(resettable: boolean): void {
     this.passWhenDone = true;
+    this.followFrames = resettable;
     if (this.marks.length === 0) this.startPassing();
   }
 
@@ -235,11 +255,13 @@ export class ReplyStream {
     let from = 0;
     while (pos < chunk.length && !this.port.clientGone) {
       if (this.passing) {
-        // Replies are no longer counted; in front of a cluster, redirects still name nodes.
-        if (!this.redirectScan) break;
+        // Replies are no longer counted; in front of a cluster, redirects still name nodes, and
+        // where a RESET may end the pipe, frames are still followed.
+        if (!this.redirectScan && !this.followFrames) break;
         pos = scanner.scan(chunk, pos, Number.MAX_SAFE_INTEGER);
         if (scanner.error !== '') {
           this.redirectScan = false;
+          this.followFrames = false;
           break;
         }
         if (scanner.errorEnded) from = this.lines.lineEnded(chunk, from, pos);

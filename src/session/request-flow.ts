@@ -578,7 +578,7 @@ export class RequestFlow implements LockBlockPort {
     this.resetEndsPipe = resettable && (!this.pipeWithoutRules || this.ctx.upstream.setup.length > 0);
     this.blocks.stopTimer();
     // Replies stop being counted, unless a reply of the proxy's own is still due: then after it.
-    this.replies.stopCounting();
+    this.replies.stopCounting(this.resetEndsPipe);
   }
 
   /**
@@ -588,7 +588,8 @@ export class RequestFlow implements LockBlockPort {
    */
   private pipeChunk(chunk: Buffer, from: number, pos: number): void {
     const scanner = this.scanner;
-    while (this.resetEndsPipe && pos < chunk.length) {
+    // A RESET ends the pipe only where its marker's refusal can be found among the replies.
+    while (this.resetEndsPipe && this.replies.framesFollowed && pos < chunk.length) {
       pos = scanner.next(chunk, pos);
       const event = scanner.event;
       if (event === 0) break;
@@ -621,7 +622,7 @@ export class RequestFlow implements LockBlockPort {
     this.replies.awaitMarker(marker, () => {
       if (!this.pipeWithoutRules) this.piping = false;
       const setupSent = this.port.startSetup();
-      if (this.pipeWithoutRules) this.replies.stopCounting(); // still a pipe, once the setup's replies are in
+      if (this.pipeWithoutRules) this.replies.stopCounting(this.resetEndsPipe); // still a pipe, once the setup's replies are in
       if (!setupSent) this.port.resumeClient();
     });
   }

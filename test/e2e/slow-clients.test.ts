@@ -134,8 +134,10 @@ describe('--own-reply-timeout-ms counts only time in which Redis owes the reply'
   it('a slow subscriber that sends RESET gets its whole backlog, then +RESET', async (ctx) => {
     ctx.skip(...(await serverFacts(env.admin)).skipUnless('reset'));
     const proxy = await proxyWith(['--own-reply-timeout-ms', '500']);
-    const messages = 200;
-    const payload = 'm'.repeat(48 * 1024); // 9.6 MB in all: more than the kernel's buffers hold
+    const messages = 120;
+    // 9.8 MB in all: more than the kernel's buffers hold. Each message is longer than the proxy's
+    // largest read (64 KiB), so its reads, and the RESET after one, end inside a message.
+    const payload = 'm'.repeat(80 * 1024);
     let runs = 0;
     const run = async (port: number): Promise<string> => {
       // A channel of its own (one digit apart): the run before's subscriber may still count while Redis closes it.
