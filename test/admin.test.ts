@@ -35,7 +35,9 @@ afterEach(async () => {
   await Promise.all(servers.splice(0).map((s) => s.close()));
 });
 
-async function start(opts: { stats?: Stats; registry?: Registry; ready?: Ready; fdBudget?: FdBudget } = {}) {
+async function start(
+  opts: { stats?: Stats; registry?: Registry; ready?: Ready; fdBudget?: FdBudget; rules?: () => unknown; verifyRuns?: VerifyRuns } = {},
+) {
   const stats = opts.stats ?? new Stats();
   const registry = opts.registry ?? createMetricsRegistry(stats, { rulesLoaded: () => 2 });
   const { log, lines } = captureLogger();
@@ -48,6 +50,8 @@ async function start(opts: { stats?: Stats; registry?: Registry; ready?: Ready; 
       log,
       fdBudget: opts.fdBudget,
       onRefused: (reason) => refusals.push(reason),
+      rules: opts.rules,
+      verifyRuns: opts.verifyRuns,
     },
   );
   servers.push(server);
@@ -378,18 +382,8 @@ describe('startAdminServer', () => {
     );
     const set = createRuleSet(file.rules, ['app.yaml'], file.releases);
     let mode: 'enforce' | 'observe' = 'enforce';
-    const { log } = captureLogger();
-    const server = await startAdminServer(
-      { host: '127.0.0.1', port: 0 },
-      {
-        registry: createMetricsRegistry(new Stats()),
-        ready: async () => ({ ok: true, detail: '' }),
-        log,
-        rules: () => rulesView(set, mode, '9.9.9', 'instance-1'),
-      },
-    );
-    servers.push(server);
-    const get = async () => fetch(`http://127.0.0.1:${server.address.port}/rules`);
+    const withRules = await start({ rules: () => rulesView(set, mode, '9.9.9', 'instance-1') });
+    const get = async () => fetch(`${withRules.base}/rules`);
     const res = await get();
     expect([res.status, res.headers.get('content-type')]).toEqual([200, 'application/json; charset=utf-8']);
     const view = readRulesView(await res.json());
@@ -430,20 +424,8 @@ describe('startAdminServer', () => {
     expect([head.status, await head.text()]).toEqual([200, '']);
 
     // With the rules and the verify runs, those too.
-    const runs = new VerifyRuns();
-    const { log } = captureLogger();
-    const server = await startAdminServer(
-      { host: '127.0.0.1', port: 0 },
-      {
-        registry: createMetricsRegistry(new Stats()),
-        ready: async () => ({ ok: true, detail: '' }),
-        log,
-        rules: () => ({}),
-        verifyRuns: runs,
-      },
-    );
-    servers.push(server);
-    const list = (await (await fetch(`http://127.0.0.1:${server.address.port}/`)).text()).split('\n');
+    const full = await start({ rules: () => ({}), verifyRuns: new VerifyRuns() });
+    const list = (await (await fetch(`${full.base}/`)).text()).split('\n');
     expect(list.map((line) => line.split(' ')[0])).toEqual(['/', '/metrics', '/healthz', '/readyz', '/rules', '/verify/NONCE', '']);
     expect(list[5]).toMatch(/^\/verify\/NONCE {2}200 when a verify run's connection came through this proxy, else 404$/);
   });
