@@ -30,7 +30,8 @@ async function stressed(options: TargetOptions): Promise<{ report: StressReport;
   const target = await startTarget(options);
   try {
     await target.flush();
-    const report = await runStress({ ...SHORT, lockFixed: target.lockFixed, endpointFor: target.endpointFor });
+    const resubscribe = (await startedServerFacts()).has('reset');
+    const report = await runStress({ ...SHORT, resubscribe, lockFixed: target.lockFixed, endpointFor: target.endpointFor });
     const errors = target.proxyErrors();
     return { report, label: target.label + (errors === '' ? '' : `\nthe proxy said on stderr:\n${errors}`) };
   } finally {
@@ -86,6 +87,7 @@ describe('the integrity stress catches a relay that breaks the rule once', () =>
             clients: 8,
             pairs: 2,
             stallMs: 3000,
+            resubscribe: false,
             lockFixed: false,
             endpointFor: () => relay.endpoint,
           });

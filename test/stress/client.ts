@@ -3,8 +3,11 @@
  * splits (whole, in pieces, down to one byte a write), the pieces of a split lock block each as
  * it is after its pause, the commands of an interactive lock block each once the replies before
  * it came; checks every byte it receives against what the batch must bring (expected.ts); and,
- * if it is a slow reader, stops reading now and then. A subscriber connection only reads: the
- * messages its paired client publishes.
+ * if it is a slow reader, stops reading now and then. A subscriber connection mostly reads: the
+ * messages its paired client publishes. Now and then, between two of that client's batches, it
+ * stops reading while the client publishes a burst of large messages, then sends RESET and
+ * SUBSCRIBE again and reads on: a RESET in a plain pipe behind a backlog that the proxy's reads
+ * from Redis, paused for the subscriber, leave at any byte of a message.
  */
 import net from 'node:net';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
@@ -27,6 +30,9 @@ export interface ConnectionOptions {
   readonly stallMs: number;
 }
 
+/** How often, after one of its client's batches, a subscriber sends RESET and subscribes again. */
+const RESUBSCRIBE_CHANCE = 0.02;
+
 /** The bytes of a batch up to this size may be written one byte a write (larger ones start so). */
 const BYTEWISE_LIMIT = 2048;
 
@@ -35,6 +41,8 @@ class CheckedConnection {
   readonly stream: ExpectedStream;
   private socket: net.Socket | null = null;
   private wake: (() => void) | null = null;
+  /** Not reading until told (a subscriber's backlog): the slow reader's pauses do not end it. */
+  protected held = false;
   private ended = '';
   private lastProgress = Date.now();
 
@@ -139,7 +147,7 @@ class CheckedConnection {
     if (this.options.slow && this.options.rng.chance(0.2)) {
       const socket = this.socket as net.Socket;
       socket.pause();
-      setTimeout(() => socket.resume(), this.options.rng.int(5, 100));
+      setTimeout(() => this.held || socket.resume(), this.options.rng.int(5, 100));
     }
     if (!this.stream.pending || this.failure !== null) this.wake?.();
   }
@@ -153,10 +161,14 @@ class CheckedConnection {
 /** A client running its workload until `deadline` (ms since the epoch). */
 export class StressClient extends CheckedConnection {
   batches = 0;
+  /** How often the paired subscriber sent RESET and subscribed again. */
+  resubscribes = 0;
 
   constructor(
     readonly workload: ClientWorkload,
     options: ConnectionOptions,
+    /** The paired subscriber, if any. */
+    private readonly subscriber: Subscriber | null = null,
   ) {
     super(`client ${workload.client}`, options);
   }
@@ -170,6 +182,15 @@ export class StressClient extends CheckedConnection {
       }
       await this.received();
       this.batches++;
+      // Every message published so far is Redis's to deliver (each PUBLISH was answered), and
+      // none is published until the subscriber is back: none is lost to the RESET.
+      if (this.subscriber !== null && !this.stopped && this.options.rng.chance(RESUBSCRIBE_CHANCE)) {
+        this.subscriber.hold();
+        for (const write of this.workload.publishBurst().writes) if (!this.stopped) await this.write(write);
+        await this.received();
+        await this.subscriber.resubscribe();
+        this.resubscribes++;
+      }
     }
   }
 
@@ -200,10 +221,36 @@ export class Subscriber extends CheckedConnection {
 
   /** Subscribes, and resolves once Redis confirmed it. */
   async subscribe(): Promise<void> {
-    const confirmation = `*3\r\n$9\r\nsubscribe\r\n$${this.channel.length}\r\n${this.channel}\r\n:1\r\n`;
-    this.stream.expect({ kind: 'bytes', bytes: Buffer.from(confirmation), what: `SUBSCRIBE ${this.channel}`, endsReply: true });
+    this.stream.expect({ kind: 'bytes', bytes: this.confirmation(), what: `SUBSCRIBE ${this.channel}`, endsReply: true });
     await this.writeSplit(cmd('SUBSCRIBE', this.channel));
     await this.received();
+  }
+
+  /**
+   * RESET, then SUBSCRIBE again (written as the rng splits them), with any backlog still to come
+   * before RESET's reply; resolves once Redis confirmed the new subscription.
+   */
+  async resubscribe(): Promise<void> {
+    if (!this.stopped) {
+      this.stream.expect(
+        { kind: 'bytes', bytes: Buffer.from('+RESET\r\n'), what: `RESET on ${this.channel}`, endsReply: true },
+        { kind: 'bytes', bytes: this.confirmation(), what: `SUBSCRIBE ${this.channel} after RESET`, endsReply: true },
+      );
+      await this.writeSplit(Buffer.concat([cmd('RESET'), cmd('SUBSCRIBE', this.channel)]));
+    }
+    this.held = false;
+    this.writer.resume();
+    await this.received();
+  }
+
+  /** Stops reading until resubscribe(). */
+  hold(): void {
+    this.held = true;
+    this.writer.pause();
+  }
+
+  private confirmation(): Buffer {
+    return Buffer.from(`*3\r\n$9\r\nsubscribe\r\n$${this.channel.length}\r\n${this.channel}\r\n:1\r\n`);
   }
 
   /** Resolves once every message published so far has arrived (or the check failed). */

@@ -10,6 +10,7 @@ import process from 'node:process';
 import { parseArgs } from 'node:util';
 import { STRESS_FLAGS } from './flags.js';
 import { describeReport, runStress } from './run.js';
+import { startedServerFacts } from '../support/server-facts.js';
 import { LOCK_METHODS, startTarget, TRANSPORTS, type LockMethod, type Transport } from './setups.js';
 
 const MiB = 1024 * 1024;
@@ -78,12 +79,13 @@ async function main(): Promise<number> {
   console.log(
     `integrity stress: seed ${options.seed}, ${options.clients} clients (${options.pairs} with a subscriber), ${options.seconds} s per run`,
   );
+  const resubscribe = (await startedServerFacts()).has('reset');
   let wrong = 0;
   for (const run of runs) {
     const target = await startTarget({ ...run, proxyBuild: values['proxy-build'] });
     try {
       await target.flush();
-      const report = await runStress({ ...options, lockFixed: target.lockFixed, endpointFor: target.endpointFor });
+      const report = await runStress({ ...options, resubscribe, lockFixed: target.lockFixed, endpointFor: target.endpointFor });
       console.log(describeReport(report, target.label));
       if (report.failures.length > 0) {
         wrong += report.failures.length;

@@ -25,6 +25,8 @@ export interface StressOptions {
    * depend on it: a lock block's replies are Redis's own either way (workload.ts).
    */
   readonly lockFixed: boolean;
+  /** Subscribers send RESET and SUBSCRIBE again now and then: the server has RESET (Redis 6.2 on). */
+  readonly resubscribe: boolean;
   /** Where the connection for `tag` (a client's hash tag) goes: the node that owns the tag's slot, in a cluster. */
   readonly endpointFor: (tag: string) => Endpoint;
   /** No byte for this long while bytes are expected: a failure. */
@@ -67,7 +69,11 @@ export async function runStress(options: StressOptions): Promise<StressReport> {
       subscriber: subscriber === null ? null : { channel: subscriber.channel, stream: subscriber.stream },
     });
     clients.push(
-      new StressClient(workload, { endpoint: options.endpointFor(clientTag(c)), rng, slow: layout.chance(options.slowShare), stallMs }),
+      new StressClient(
+        workload,
+        { endpoint: options.endpointFor(clientTag(c)), rng, slow: layout.chance(options.slowShare), stallMs },
+        options.resubscribe ? subscriber : null,
+      ),
     );
   }
   const connections = [...subscribers, ...clients];
@@ -82,6 +88,10 @@ export async function runStress(options: StressOptions): Promise<StressReport> {
   }
   const commands = new Map<string, number>();
   for (const client of clients) for (const [op, n] of client.workload.sent) commands.set(op, (commands.get(op) ?? 0) + n);
+  commands.set(
+    'resubscribe',
+    clients.reduce((sum, client) => sum + client.resubscribes, 0),
+  );
   return {
     seed: options.seed,
     seconds: options.seconds,

@@ -67,7 +67,8 @@ type Op =
   | 'lock-interactive'
   | 'release'
   | 'window'
-  | 'publish';
+  | 'publish'
+  | 'publish-burst';
 type PipelinedOp = Exclude<Op, 'lock-split' | 'lock-interactive'>;
 const OPS: ReadonlyArray<readonly [number, Op]> = [
   [22, 'set'],
@@ -132,6 +133,20 @@ export class ClientWorkload {
     this.tag = clientTag(client);
     this.lockKey = lockKeyFor(client);
     for (let key = 0; key < KEYS; key++) this.values.push({ client, key, version: 0, length: 0 });
+  }
+
+  /**
+   * Messages to the paired subscriber, 8 to 48 of up to 256 KiB (12 MiB at most, within Redis's
+   * output buffer limit for a subscriber), pipelined: published while the subscriber reads
+   * nothing, they make a backlog larger than the sockets hold, longer than any read (client.ts).
+   */
+  publishBurst(): Batch {
+    const frames: Buffer[] = [];
+    const segments: Segment[] = [];
+    const count = this.rng.int(8, 48);
+    for (let i = 0; i < count; i++) this.publish(frames, segments, this.rng.int(1, 256 * 1024));
+    this.sent.set('publish-burst', (this.sent.get('publish-burst') ?? 0) + 1);
+    return { writes: [{ kind: 'pipeline', bytes: Buffer.concat(frames), segments }], commands: count };
   }
 
   /**
@@ -301,9 +316,8 @@ export class ClientWorkload {
     segments.push(...line(queued, 'MULTI and its queued commands'), ...notEnding(line(`*${n}\r\n`, 'EXEC')), ...inside);
   }
 
-  private publish(frames: Buffer[], segments: Segment[]): void {
+  private publish(frames: Buffer[], segments: Segment[], length = Math.min(this.valueSize(), 16 * 1024)): void {
     const subscriber = this.options.subscriber as NonNullable<WorkloadOptions['subscriber']>;
-    const length = Math.min(this.valueSize(), 16 * 1024);
     const id: ValueId = { client: this.client, key: 9000 + (this.messages % 1000), version: ++this.messages };
     frames.push(cmd('PUBLISH', subscriber.channel, valueBytes(id, 0, length)));
     segments.push(...line(':1\r\n', `PUBLISH ${subscriber.channel} #${this.messages}`));
