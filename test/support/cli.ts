@@ -76,10 +76,7 @@ export class Cli {
 
   /** The JSON log lines printed on stdout so far. */
   logLines(): Array<Record<string, unknown>> {
-    return this.stdout
-      .split('\n')
-      .filter((line) => line.startsWith('{'))
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    return jsonLogLines(this.stdout);
   }
 
   /** Waits for a log line with message `msg`; fails if the process exits or time runs out first. */
@@ -112,6 +109,14 @@ export class Cli {
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
     await this.exited;
   }
+}
+
+/** The JSON log lines in a proxy's standard output (pino writes one object a line). */
+export function jsonLogLines(stdout: string): Array<Record<string, unknown>> {
+  return stdout
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
 /** Runs the CLI to completion. */

@@ -14,7 +14,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { CLI, ROOT } from './cli.js';
+import { CLI, jsonLogLines, ROOT } from './cli.js';
 
 const HOLDER = String.raw`
 import fcntl, json, os, socket, subprocess, sys, threading
@@ -89,10 +89,7 @@ export class ActivatedProxy {
 
   /** The JSON log lines printed on stdout so far. */
   logLines(): Array<Record<string, unknown>> {
-    return this.stdout
-      .split('\n')
-      .filter((line) => line.startsWith('{'))
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    return jsonLogLines(this.stdout);
   }
 
   /** Waits for a log line with message `msg`; fails if the proxy exits or time runs out first. */
