@@ -73,7 +73,17 @@ const resp3LeafArb: fc.Arbitrary<string> = fc.oneof(
   bodyArb.map((body) => blob('=', `txt:${body}`)),
 );
 
-/** RESP3 values (no pushes), each possibly preceded by an attribute; nesting at most `depth` deep. */
+/** A push as Redis sends one inside an aggregate: an invalidation, or an empty one. */
+const nestedPushArb: fc.Arbitrary<string> = fc.oneof(
+  fc.array(resp2LeafArb, { maxLength: 2 }).map((keys) => `>2\r\n$10\r\ninvalidate\r\n*${keys.length}\r\n${keys.join('')}`),
+  fc.constant('>0\r\n'),
+  fc.constant('>2\r\n$10\r\ninvalidate\r\n_\r\n'),
+);
+
+/**
+ * RESP3 values (no top-level pushes; arrays may hold pushes that are no element of them), each
+ * possibly preceded by an attribute; nesting at most `depth` deep.
+ */
 function resp3Arb(depth: number): fc.Arbitrary<string> {
   const value: fc.Arbitrary<string> =
     depth === 0
@@ -84,6 +94,21 @@ function resp3Arb(depth: number): fc.Arbitrary<string> {
             { weight: 4, arbitrary: resp3LeafArb },
             { weight: 1, arbitrary: fc.array(inner, { maxLength: 3 }).map((els) => `*${els.length}\r\n${els.join('')}`) },
             { weight: 1, arbitrary: fc.array(inner, { maxLength: 3 }).map((els) => `~${els.length}\r\n${els.join('')}`) },
+            {
+              // Redis 6 sends a tracking invalidation in the middle of EXEC's array: no element of it.
+              weight: 1,
+              arbitrary: fc
+                .tuple(
+                  fc.array(inner, { minLength: 1, maxLength: 3 }),
+                  fc.array(fc.tuple(nestedPushArb, fc.nat()), { minLength: 1, maxLength: 2 }),
+                )
+                .map(([els, pushes]) => {
+                  // Each push goes before an element: one after the last would stand on its own.
+                  const before = els.map(() => '');
+                  for (const [push, at] of pushes) before[at % els.length] += push;
+                  return `*${els.length}\r\n${els.map((el, i) => before[i] + el).join('')}`;
+                }),
+            },
             {
               weight: 1,
               arbitrary: fc
@@ -367,6 +392,11 @@ describe('ReplyScanner on RESP3', () => {
       ['*2\r\n|1\r\n+ttl\r\n:3600\r\n:1\r\n:2\r\n', false],
       ['>3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n', true],
       ['>2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nkey\r\n', true],
+      // EXEC's array with DEBUG PROTOCOL push's push inside it: three elements, the push none of them.
+      ['*3\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n$4\r\nreal\r\n:2\r\n:1\r\n', false],
+      ['*2\r\n:2\r\n>0\r\n:1\r\n', false],
+      ['*1\r\n*1\r\n>2\r\n$10\r\ninvalidate\r\n_\r\n:1\r\n', false],
+      ['>1\r\n>1\r\n:1\r\n:2\r\n', true],
     ];
     for (const [text, push] of cases) {
       const bytes = Buffer.from(text + '+OK\r\n', 'latin1');

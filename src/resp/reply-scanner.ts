@@ -4,8 +4,9 @@
  * It walks RESP2 and RESP3 replies to find where each top-level reply ends,
  * without decoding values: bulk bodies are skipped by length, so a 256 MiB
  * value costs one length line. Push frames (`>`) are out-of-band data, not
- * replies to commands, and are reported separately; an attribute (`|`) is a
- * prefix of the reply it annotates.
+ * replies to commands, and are reported separately; one nested inside an aggregate (Redis 6
+ * sends a tracking invalidation in the middle of EXEC's array) is no element of it, as the
+ * aggregate's count says. An attribute (`|`) is a prefix of the reply it annotates.
  *
  * Resumable at any byte, and allocation-free.
  */
@@ -74,6 +75,8 @@ export class ReplyScanner {
   private bodyLeft = 0;
   /** True until the top-level value's type byte (not an attribute's) has been read. */
   private topLevelTypePending = false;
+  /** The line being read is the header of a push nested inside an aggregate: it takes no element's place. */
+  private nestedPush = false;
 
   /** True when the scanner is between top-level frames. */
   get atFrameBoundary(): boolean {
@@ -96,6 +99,7 @@ export class ReplyScanner {
     this.need = 0;
     this.inErrorLine = false;
     this.topLevelTypePending = false;
+    this.nestedPush = false;
   }
 
   /**
@@ -140,6 +144,9 @@ export class ReplyScanner {
             // The frame's own type, after any attributes in front of it.
             this.isPush = buf[pos] === 0x3e; /* > */
             this.topLevelTypePending = false;
+            this.nestedPush = false;
+          } else {
+            this.nestedPush = buf[pos] === 0x3e; /* > */
           }
           if (this.trackErrors && buf[pos] === 0x2d /* - */) {
             this.inErrorLine = true;
@@ -252,6 +259,12 @@ export class ReplyScanner {
         this.state = State.Body;
         return false;
       case LineKind.Array:
+        if (this.nestedPush) {
+          // Out of band: its elements are read, but it fills no place of the aggregate around it.
+          this.nestedPush = false;
+          this.need += Math.max(count, 0);
+          return false;
+        }
         if (count > 0) {
           this.need += count - 1; // the aggregate itself is replaced by its elements
           return false;
