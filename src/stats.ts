@@ -71,6 +71,8 @@ export class Stats {
   upstreamTimeouts = 0;
   /** Client connections refused because what the upstream sent first was not RESP. */
   upstreamNotResp = 0;
+  /** Client connections closed by a fault on their data path (an exception), the process going on. */
+  sessionFaults = 0;
   /** Blocks forwarded unchanged in observe mode. */
   blocksObserved = 0;
   /** Blocks whose script could not run, sent unchanged instead, by error prefix (NOPERM, BUSY, ...). */

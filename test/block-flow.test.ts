@@ -33,6 +33,9 @@ class FakePort implements LockBlockPort {
   writeClient(bytes: Buffer): void {
     this.client += bytes.toString('latin1');
   }
+  fault(error: unknown): void {
+    throw error;
+  }
   /** The reply accounting the flow is given alongside the port. */
   readonly replies = {
     expect: (count: number) => (this.expected += count),

@@ -3,7 +3,7 @@
  * transaction, on their own (block-flow.test.ts and the end-to-end tests run them in the flow).
  */
 import { describe, expect, it } from 'vitest';
-import { expiryWithNx, restoreExpiryReplies } from '../src/lock/expire-nx.js';
+import { expiryWithNx } from '../src/lock/expire-nx.js';
 import { methodFromHello, ServerMethods, type ServerVersion } from '../src/lock/lock-method.js';
 import { cmd } from './support/resp.js';
 
@@ -50,30 +50,6 @@ describe('expiryWithNx', () => {
     // The two bytes Redis skips after a count line's \r are kept out, whatever they are.
     const frame = Buffer.from('*3\r?$7\r\nPEXPIRE\r\n$6\r\nlock:b\r\n$4\r\n9000\r\n');
     expect(expiryWithNx(frame).toString('latin1')).toBe(cmd('PEXPIRE', 'lock:b', '9000', 'NX').toString('latin1'));
-  });
-});
-
-describe('restoreExpiryReplies', () => {
-  const restore = (reply: string, indexes: number[]): string =>
-    restoreExpiryReplies(Buffer.from(reply, 'latin1'), indexes).toString('latin1');
-
-  it('gives `:0` at each index back as `:1`, whatever the elements before it', () => {
-    expect(restore('*2\r\n:5\r\n:0\r\n', [1])).toBe('*2\r\n:5\r\n:1\r\n');
-    expect(restore('*2\r\n:1\r\n:1\r\n', [1])).toBe('*2\r\n:1\r\n:1\r\n');
-    const before = '*6\r\n+OK\r\n:5\r\n:0\r\n%1\r\n$1\r\na\r\n*2\r\n$3\r\nfoo\r\n_\r\n:2\r\n:0\r\n';
-    expect(restore(before, [2, 5])).toBe(before.replace(':0\r\n%', ':1\r\n%').replace(/:0\r\n$/, ':1\r\n'));
-  });
-
-  it('leaves an error element, an error for the whole EXEC, and an array too short as they are', () => {
-    for (const reply of [
-      '*2\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n-ERR invalid expire time\r\n',
-      '-EXECABORT Transaction discarded because of previous errors.\r\n',
-      '*1\r\n:0\r\n',
-      '*-1\r\n',
-    ]) {
-      expect(restore(reply, [1])).toBe(reply);
-    }
-    expect(restore('*2\r\n-WRONGTYPE x\r\n:0\r\n', [1])).toBe('*2\r\n-WRONGTYPE x\r\n:1\r\n');
   });
 });
 

@@ -24,6 +24,9 @@ class FakePort implements ReplyStreamPort {
   lost(reason: string): void {
     this.events.push(`lost ${reason}`);
   }
+  fault(error: unknown): void {
+    throw error;
+  }
   repliesWaiting(waiting: boolean): void {
     this.events.push(waiting ? 'waiting' : 'going on');
   }

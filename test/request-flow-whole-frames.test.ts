@@ -72,6 +72,9 @@ function flow() {
     holdClient: () => {},
     resumeClient: () => {},
     closeAfterReplies: () => {},
+    fault: (error) => {
+      throw error;
+    },
     upstreamAddress: '127.0.0.1:6379',
     log,
     clientGone: false,

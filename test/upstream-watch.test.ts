@@ -18,6 +18,9 @@ class FakeSession implements UpstreamWatchPort {
   upstreamSilent(): void {
     this.silent.push(Date.now());
   }
+  fault(error: unknown): void {
+    throw error;
+  }
 }
 
 describe('UpstreamWatch', () => {

@@ -171,6 +171,11 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
     () => stats.upstreamNotResp,
   );
   counter(
+    'session_faults_total',
+    'Client connections closed, as a network failure would close them, because of a fault on their data path (an exception: a reply or request the proxy could not handle). The process and every other connection go on; the log line has the cause.',
+    () => stats.sessionFaults,
+  );
+  counter(
     'own_replies_timed_out_total',
     "Connections closed because Redis did not answer a command of the proxy's own within --own-reply-timeout-ms.",
     () => stats.ownRepliesTimedOut,

@@ -45,6 +45,8 @@ export interface LockBlockPort {
    * what the client has been sent still reaches it, nothing more goes either way.
    */
   closeAfterReplies(): void;
+  /** An exception on the connection's data path, from a timer or a promise: it ends the session, never the process. */
+  fault(error: unknown): void;
   readonly log: Logger;
 }
 
@@ -145,7 +147,13 @@ export class LockBlocks {
   /** The chunk ended inside a held block: the deadline starts if it has not. */
   awaitMore(): void {
     if (this.holdTimer !== undefined) return;
-    this.holdTimer = setTimeout(() => this.onHoldTimeout(), this.settings.holdMs);
+    this.holdTimer = setTimeout(() => {
+      try {
+        this.onHoldTimeout();
+      } catch (error) {
+        this.port.fault(error);
+      }
+    }, this.settings.holdMs);
     this.holdTimer.unref();
   }
 

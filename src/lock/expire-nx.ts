@@ -8,14 +8,11 @@
  *
  * EXPIRE NX answers `:0` where it leaves an expiry in place; Redis alone, right after the
  * increment made sure the key exists, answers `:1`. That one element of EXEC's reply is given
- * back as `:1` (the same length: the reply is changed in place).
+ * back as `:1` as it streams (exec-reply.ts).
  */
-import { ReplyScanner } from '../resp/reply-scanner.js';
-
 /** `*4\r\n`: the [P]EXPIRE frame's count line, one argument more than the `*3` it had. */
 const FOUR_ARGUMENTS = Buffer.from('*4\r\n');
 const NX_ARGUMENT = Buffer.from('$2\r\nNX\r\n');
-const ZERO_REPLY = Buffer.from(':0\r\n');
 
 /**
  * A whole `*3` [P]EXPIRE frame with NX added. The frame was read as a RESP array, so its count
@@ -25,31 +22,4 @@ const ZERO_REPLY = Buffer.from(':0\r\n');
 export function expiryWithNx(frame: Buffer): Buffer {
   const countLineEnd = frame.indexOf(0x0d) + 2; // `*3\r?`
   return Buffer.concat([FOUR_ARGUMENTS, frame.subarray(countLineEnd), NX_ARGUMENT]);
-}
-
-/** Finds the elements of EXEC's reply. */
-const elements = new ReplyScanner();
-
-/**
- * EXEC's reply (one whole frame) with `:0` at each of `indexes` (ascending) made `:1`, in place:
- * the answer of an expiry sent with NX, given back as Redis alone gives it. Anything that is not
- * an array of that many elements (EXECABORT, an error at EXEC) is left as it is.
- */
-export function restoreExpiryReplies(reply: Buffer, indexes: readonly number[]): Buffer {
-  if (reply[0] !== 0x2a /* * */) return reply;
-  let pos = reply.indexOf(0x0a) + 1;
-  const count = Number(reply.toString('latin1', 1, pos - 2));
-  elements.newChunk();
-  elements.restartAtTopLevel();
-  let element = 0;
-  for (const index of indexes) {
-    if (index >= count) break;
-    while (element < index) {
-      pos = elements.scan(reply, pos, 1);
-      if (elements.error !== '' || !elements.atFrameBoundary) return reply;
-      element++;
-    }
-    if (reply.compare(ZERO_REPLY, 0, ZERO_REPLY.length, pos, pos + ZERO_REPLY.length) === 0) reply[pos + 1] = 0x31; /* 1 */
-  }
-  return reply;
 }

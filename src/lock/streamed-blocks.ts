@@ -76,6 +76,11 @@ export class StreamedBlocks {
   active = false;
   private increment: Increment | null = null;
   private pairs: Pair[] = [];
+  /**
+   * No more pairs are looked for in this transaction: a command queued in it makes the replies
+   * after its EXEC uncountable, so EXEC's elements past it may not be where their count says.
+   */
+  private sealed = false;
   /** Why the script way released this transaction's held block, if it did. */
   releaseReason: UnfixedReason | null = null;
   private readonly unfixedLogged = new Set<string>();
@@ -90,7 +95,22 @@ export class StreamedBlocks {
     this.active = true;
     this.increment = null;
     this.pairs = [];
+    this.sealed = false;
     this.releaseReason = null;
+  }
+
+  /** Whether a pair of this transaction is recorded: its EXEC's reply must be followed to count it, or restore it. */
+  get holdsPairs(): boolean {
+    return this.active && this.pairs.length > 0;
+  }
+
+  /**
+   * A command was queued after which EXEC's replies cannot be counted (the connection becomes a
+   * plain pipe after the EXEC): the pairs recorded so far stand, no later one is looked for.
+   */
+  seal(): void {
+    this.sealed = true;
+    this.increment = null;
   }
 
   /** The transaction ended without EXEC (DISCARD, RESET), or its frames are no longer followed. */
@@ -141,7 +161,7 @@ export class StreamedBlocks {
       });
       return;
     }
-    if (scanner.inline || scanner.oversize) return;
+    if (scanner.inline || scanner.oversize || this.sealed) return;
     const isIncrement =
       (scanner.cmd === Cmd.Incr && scanner.argc === 2) ||
       (scanner.cmd === Cmd.Incrby && scanner.argc === 3 && isRedisInteger(scanner.value.subarray(0, scanner.valueLength)));

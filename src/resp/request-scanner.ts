@@ -76,6 +76,11 @@ export class RequestScanner {
    * line search does not see past it, so it may not even end the line there).
    */
   inlineOpaque = false;
+  /**
+   * True for an inline command whose name itself the proxy does not read: a quote or a NUL in it
+   * or before it. What Redis runs is then unknown (it could be EXEC).
+   */
+  nameOpaque = false;
   /** True when a captured argument was longer than its capture buffer. */
   oversize = false;
   /** Argument 1 (usually the key), valid for `key.subarray(0, keyLength)`. */
@@ -304,6 +309,7 @@ export class RequestScanner {
     this.argc = 0;
     this.inline = false;
     this.inlineOpaque = false;
+    this.nameOpaque = false;
     this.oversize = false;
     this.keyLength = 0;
     this.valueLength = 0;
@@ -381,10 +387,15 @@ export class RequestScanner {
   private readInlineHead(buf: Buffer, from: number, to: number): void {
     for (let i = from; i < to && !this.inlineCut; i++) {
       const byte = buf[i];
-      if (byte === 0x22 || byte === 0x27) this.inlineOpaque = true; // " or '
+      if (byte === 0x22 || byte === 0x27) {
+        // " or ': a quote that begins or is inside the first argument hides the name.
+        this.inlineOpaque = true;
+        if (this.argc === 0 || (this.argc === 1 && this.inToken)) this.nameOpaque = true;
+      }
       if (byte === 0x00) {
         this.inlineCut = true;
         this.inlineOpaque = true;
+        this.nameOpaque = true;
       } else if (this.inToken ? isArgumentEnd(byte) : isSpace(byte)) {
         this.inToken = false;
       } else {

@@ -33,6 +33,7 @@
  * into the same memory again, upstream/read-buffer.ts): whatever is kept past it is copied.
  */
 import type { LockBlockRef } from '../lock/block-flow.js';
+import type { ExpiryRestore } from '../lock/exec-reply.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
 import { ErrorLines, type LineWatch } from './error-lines.js';
 import type { ResetMarker } from './reset-marker.js';
@@ -57,6 +58,8 @@ export interface ReplyStreamPort {
   ownReplyLate(what: string, waitedMs: number): void;
   /** Replies wait behind a line that waits (true), or go on again (false): reading from Redis may pause meanwhile. */
   repliesWaiting(waiting: boolean): void;
+  /** An exception on the connection's data path, from a timer or a promise: it ends the session, never the process. */
+  fault(error: unknown): void;
 }
 
 /** A point in the reply stream, and how many forwarded replies follow it. */
@@ -76,6 +79,13 @@ type Mark =
       readonly lock: LockBlockRef | undefined;
       after: number;
     }
+  /**
+   * EXEC's reply after lock pairs went with NX: walked as it streams to the client, each expiry's
+   * element restored in place (lock/exec-reply.ts); nothing of it is kept. Not bounded: it is
+   * the client's own command. A reply that is not an array (EXEC refused as a whole, a null) is
+   * Redis's own, passed on as any counted reply.
+   */
+  | { readonly kind: 'restore'; readonly restore: ExpiryRestore; readonly lock: LockBlockRef; after: number }
   /**
    * The refusal of the marker command sent right after a client's RESET in a plain pipe:
    * replies pass uncounted until it, it is dropped, and `found` is told.
@@ -186,7 +196,7 @@ export class ReplyStream {
   /** The lock blocks whose replies are still due, in order: what a close now would keep from the client. */
   lockBlocksDue(): LockBlockRef[] {
     const due: LockBlockRef[] = [];
-    for (const mark of this.marks) if (mark.kind === 'capture' && mark.lock !== undefined) due.push(mark.lock);
+    for (const mark of this.marks) if (mark.kind !== 'marker' && mark.lock !== undefined) due.push(mark.lock);
     return due;
   }
 
@@ -207,6 +217,12 @@ export class ReplyStream {
     this.marks.push({ kind: 'capture', handle, timed: !clients, errorsPass: clients, lock, after: 0 });
     this.passing = false;
     this.clockOwnReply();
+  }
+
+  /** The reply to the EXEC just sent is walked as it streams, its expiries restored (`restore`). */
+  restoreExpiries(restore: ExpiryRestore, lock: LockBlockRef): void {
+    this.marks.push({ kind: 'restore', restore, lock, after: 0 });
+    this.passing = false;
   }
 
   /**
@@ -289,6 +305,11 @@ export class ReplyStream {
       }
       // The next frame is the mark's: a reply of the proxy's own (pushes excepted).
       const head = this.marks[0];
+      if (head.kind === 'restore') {
+        pos = this.walkRestore(head, chunk, pos);
+        if (pos < 0) return this.desync(chunk, from, head.restore.error || scanner.error);
+        continue;
+      }
       if (
         head.kind === 'capture' &&
         head.errorsPass &&
@@ -317,6 +338,33 @@ export class ReplyStream {
     if (from >= chunk.length) return;
     if (scanner.inErrorLine && this.lines.holdAtChunkEnd(chunk, from)) return;
     this.port.writeClient(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /**
+   * EXEC's reply to restore, from `pos`: pushes before it pass as they are, a reply that is not an
+   * array is counted as any other, an array is walked. The mark is passed at the reply's end, or
+   * once its last expiry is restored where the connection becomes a pipe after it (what later
+   * elements hold may not be countable). Returns the offset reached, -1 when it cannot be read.
+   */
+  private walkRestore(head: Mark & { kind: 'restore' }, chunk: Buffer, pos: number): number {
+    const scanner = this.scanner;
+    const restore = head.restore;
+    if (!restore.started) {
+      if (!scanner.atFrameBoundary || chunk[pos] === 0x3e /* > */) {
+        pos = scanner.scan(chunk, pos, 1, true);
+        return scanner.error === '' ? pos : -1;
+      }
+      if (chunk[pos] !== 0x2a /* * */) {
+        this.passMark();
+        this.outstanding++;
+        return pos;
+      }
+    }
+    restore.stopAfterTargets = this.passWhenDone;
+    pos = restore.walk(chunk, pos);
+    if (restore.error !== '') return -1;
+    if (restore.done || (restore.stopAfterTargets && restore.targetsDone)) this.passMark();
+    return pos;
   }
 
   /** The marker due now, when the next reply may be its refusal. */
@@ -351,7 +399,11 @@ export class ReplyStream {
     this.port.repliesWaiting(true);
     this.waitBehindLine(rest);
     void waiting?.checked.then(() => {
-      if (this.lines.waiting === waiting) this.endLineWait();
+      try {
+        if (this.lines.waiting === waiting) this.endLineWait();
+      } catch (error) {
+        this.port.fault(error);
+      }
     });
   }
 
@@ -404,7 +456,7 @@ export class ReplyStream {
    */
   private clockOwnReply(): void {
     const head = this.marks[0];
-    const timed = head !== undefined && (head.kind === 'marker' || head.timed);
+    const timed = head !== undefined && (head.kind === 'marker' || (head.kind === 'capture' && head.timed));
     const due = timed && !this.passing && !this.paused && (this.outstanding === 0 || head.kind === 'marker') ? head : null;
     if (due === this.clocked) return;
     this.stopClock();
@@ -426,7 +478,11 @@ export class ReplyStream {
       if (waited < this.ownReplyTimeoutMs) return this.armClock(Math.ceil(this.ownReplyTimeoutMs - waited));
       this.clock = undefined;
       const what = this.clocked?.kind === 'marker' ? 'the RESET marker' : 'a reply to a command of its own';
-      this.port.ownReplyLate(what, Math.round(waited));
+      try {
+        this.port.ownReplyLate(what, Math.round(waited));
+      } catch (error) {
+        this.port.fault(error);
+      }
     }, ms);
     this.clock.unref();
   }

@@ -20,7 +20,8 @@
 import type { NodeReplies } from '../cluster/node-replies.js';
 import { joined, LockBlocks, type LockBlockPort } from '../lock/block-flow.js';
 import { BLOCK_COMMANDS } from '../lock/block-shape.js';
-import { expiryWithNx, restoreExpiryReplies } from '../lock/expire-nx.js';
+import { ExpiryRestore, restoreExpiryReplies } from '../lock/exec-reply.js';
+import { expiryWithNx } from '../lock/expire-nx.js';
 import { countFixedShape } from '../lock/fixed-shape.js';
 import { HELLO, methodFromHello, type LockMethod } from '../lock/lock-method.js';
 import { StreamedBlocks, type FixedExec, type PairOutcome, type UnfixedReason } from '../lock/streamed-blocks.js';
@@ -59,6 +60,8 @@ export interface RequestFlowPort {
   closeAfterReplies(): void;
   /** A command went upstream whose reply may wait for other clients (BLPOP, XREAD, WAIT, ...). */
   blockingSent(): void;
+  /** An exception on the connection's data path, from a timer: it ends the session, never the process. */
+  fault(error: unknown): void;
   /** The upstream address this connection dialled: what the server's version is kept for. */
   readonly upstreamAddress: string;
   readonly log: Logger;
@@ -132,6 +135,12 @@ export class RequestFlow implements LockBlockPort {
   private readonly counting: { readonly stats: Stats };
   /** The frame whose head was read last had its reply counted when it went upstream. */
   private headCounted = false;
+  /**
+   * A command queued in a transaction with lock pairs makes the connection a plain pipe once the
+   * EXEC has run it (resettable: a RESET can end that pipe); until then the replies are followed,
+   * so that the pairs' elements of EXEC's reply are restored and counted.
+   */
+  private pipeAfterExec: { resettable: boolean } | null = null;
 
   constructor(
     private readonly port: RequestFlowPort,
@@ -217,6 +226,10 @@ export class RequestFlow implements LockBlockPort {
 
   closeAfterReplies(): void {
     this.port.closeAfterReplies();
+  }
+
+  fault(error: unknown): void {
+    this.port.fault(error);
   }
 
   // ------------------------------------------------------------- the loop
@@ -533,8 +546,22 @@ export class RequestFlow implements LockBlockPort {
     const meaning = tx.frame(this.scanner);
     if (meaning === FrameMeaning.NoReply) return;
     if (meaning === FrameMeaning.Untrackable || meaning === FrameMeaning.Replication) {
-      this.enterPipe(meaning === FrameMeaning.Untrackable);
-      return;
+      const resettable = meaning === FrameMeaning.Untrackable;
+      if (!this.streamed.holdsPairs) {
+        this.enterPipe(resettable);
+        return;
+      }
+      if (this.scanner.nameOpaque) {
+        // It may be the EXEC whose reply carries NX's answers, or queued: the state is unknown.
+        this.port.log.error(
+          'an inline command whose name the proxy cannot read, in a transaction with a lock pair: closing the connection',
+        );
+        this.port.closeAfterReplies();
+        return;
+      }
+      // Queued (one reply) in a transaction whose pairs must be followed to its EXEC's reply.
+      this.pipeAfterExec = { resettable: resettable && (this.pipeAfterExec?.resettable ?? true) };
+      this.streamed.seal();
     }
     this.headCounted = true;
     let fixed: FixedExec | null = null;
@@ -550,21 +577,24 @@ export class RequestFlow implements LockBlockPort {
     if (this.scanner.cmd === Cmd.Set && this.scanner.argc === 6) countFixedShape(this.scanner, this.ctx);
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
-    if (fixed !== null) {
-      // EXEC's array gives each expiry sent with NX back as Redis alone answers it. It is the
-      // client's own command: Redis answers it in its own time, and an error in its place (EXEC
-      // refused as a whole) passes on as any reply.
-      const indexes = fixed.indexes;
-      this.replies.capture(
-        (reply) => {
-          const restored = restoreExpiryReplies(reply, indexes);
-          this.port.writeClient(rewrite === undefined ? restored : rewrite(restored));
-        },
-        true,
-        fixed,
-      );
-    } else if (rewrite === undefined) this.replies.expect(1);
-    else this.replies.capture((reply) => this.port.writeClient(rewrite(reply)));
+    if (rewrite !== undefined) {
+      // With --cluster, a topology reply (one queued in the transaction too) is rewritten: the
+      // reply is taken whole, and EXEC's expiries restored in it. EXEC is the client's own
+      // command: Redis answers it in its own time, and an error in its place (EXEC refused as a
+      // whole) passes on as any reply.
+      const indexes = fixed?.indexes;
+      const whole = (reply: Buffer): Buffer => rewrite(indexes === undefined ? reply : restoreExpiryReplies(reply, indexes));
+      this.replies.capture((reply) => this.port.writeClient(whole(reply)), fixed !== null, fixed ?? undefined);
+    } else if (fixed !== null) {
+      // EXEC's array gives each expiry sent with NX back as Redis alone answers it, as it streams.
+      this.replies.restoreExpiries(new ExpiryRestore(fixed.indexes), fixed);
+    } else this.replies.expect(1);
+    if (tx.closed && this.pipeAfterExec !== null) {
+      // What was queued runs only at EXEC (DISCARD and RESET ran none of it).
+      const { resettable } = this.pipeAfterExec;
+      this.pipeAfterExec = null;
+      if (this.scanner.cmd === Cmd.Exec) this.enterPipe(resettable);
+    }
   }
 
   /**

@@ -84,6 +84,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private closeWait: NodeJS.Timeout | undefined;
   /** Reading from Redis is paused (the client is slow to read, or replies wait behind a line). */
   private upstreamPaused = false;
+  /** A fault ended the session (fault()). */
+  private faulted = false;
   /** Nothing from Redis yet: its first bytes must be RESP. */
   private upstreamSilentSoFar = true;
   /** --upstream-timeout-ms, when set. */
@@ -120,10 +122,19 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.startSetup();
     if (ctx.idleTimeoutMs > 0) {
       client.setTimeout(ctx.idleTimeoutMs);
-      client.on('timeout', () => this.onIdle());
+      client.on(
+        'timeout',
+        this.guarded(() => this.onIdle()),
+      );
     }
-    client.on('data', (chunk: Buffer) => this.onClientData(chunk));
-    client.on('end', () => this.onClientEnd());
+    client.on(
+      'data',
+      this.guarded((chunk: Buffer) => this.onClientData(chunk)),
+    );
+    client.on(
+      'end',
+      this.guarded(() => this.onClientEnd()),
+    );
     client.on('error', (err) => {
       if (ctx.log.isLevelEnabled('debug')) this.log.debug({ err: err.message }, 'client socket error');
     });
@@ -131,19 +142,73 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       clearTimeout(this.cutOff); // the lingering close is over
       this.onClose();
     });
-    client.on('drain', () => {
-      this.clientFull = false;
-      this.updateFlow();
-    });
+    client.on(
+      'drain',
+      this.guarded(() => {
+        this.clientFull = false;
+        this.updateFlow();
+      }),
+    );
     socket.on('timeout', () => this.onUpstreamTimeout());
-    if (!ownReads) socket.on('data', (chunk: Buffer) => this.onUpstreamData(chunk));
-    socket.on('end', () => this.onUpstreamEnd());
-    socket.on('error', (err) => this.onUpstreamError(err));
+    if (!ownReads)
+      socket.on(
+        'data',
+        this.guarded((chunk: Buffer) => this.onUpstreamData(chunk)),
+      );
+    socket.on(
+      'end',
+      this.guarded(() => this.onUpstreamEnd()),
+    );
+    socket.on(
+      'error',
+      this.guarded((err: Error) => this.onUpstreamError(err)),
+    );
     socket.on('close', () => this.onClose());
-    socket.on('drain', () => {
-      this.upstreamFull = false;
-      this.updateFlow();
-    });
+    socket.on(
+      'drain',
+      this.guarded(() => {
+        this.upstreamFull = false;
+        this.updateFlow();
+      }),
+    );
+  }
+
+  /**
+   * `handle`, run so that an exception in it ends this session (fault), never the process: a
+   * reply or request the proxy cannot handle fails one connection, as in Envoy a fault fails one
+   * stream. Made once per handler, not per call.
+   */
+  private guarded<A extends unknown[]>(handle: (...args: A) => void): (...args: A) => void {
+    return (...args: A) => {
+      try {
+        handle(...args);
+      } catch (error) {
+        this.fault(error);
+      }
+    };
+  }
+
+  /**
+   * An exception on this connection's data path: its state is unknown, so it closes as a network
+   * failure would (both sockets at once: what was half-written to the client may not be whole),
+   * logged with the cause and counted (session_faults_total). Other connections go on.
+   */
+  fault(error: unknown): void {
+    if (this.faulted) return;
+    this.faulted = true;
+    this.ctx.stats.sessionFaults++;
+    this.log.error(
+      { err: error, upstream: this.upstreamAddress },
+      "fault on this connection's data path; closing it as a network failure would (other connections go on)",
+    );
+    this.closing = true;
+    this.toUpstream.discard();
+    this.stalled = [];
+    try {
+      this.requests.closingWithRepliesDue();
+    } finally {
+      this.destroy();
+    }
   }
 
   /** This connection's logger, made on first use: most connections never log, and child loggers cost memory. */
@@ -556,7 +621,11 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** A read into the connection's own buffer (read-buffer.ts): true when its bytes are still referenced after the call. */
   private onOwnRead(bytes: Buffer): boolean {
-    this.onUpstreamData(bytes);
+    try {
+      this.onUpstreamData(bytes);
+    } catch (error) {
+      this.fault(error);
+    }
     // A write to the client that did not reach the kernel whole goes on from that memory later.
     return this.client.writableLength > 0;
   }

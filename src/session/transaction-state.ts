@@ -7,7 +7,7 @@
  * changes only on the exact arities: `MULTI x` opens no transaction, `WATCH` without a key
  * watches nothing, `UNWATCH x`, `DISCARD x` and `RESET x` change nothing (server.c
  * processCommand checks arity before MULTI queueing and before the command runs). EXEC is the
- * exception: refused for any reason, it aborts the transaction.
+ * exception: refused for any reason, it aborts the transaction and unwatches, even outside MULTI.
  */
 import { Cmd, equalsIgnoreCase } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
@@ -59,8 +59,15 @@ export class TransactionState {
     this.queuedIndex = -1;
     const cmd = scanner.cmd;
     if (cmd === Cmd.Empty) return FrameMeaning.NoReply;
-    if (cmd === Cmd.Replication) return FrameMeaning.Replication;
-    if (scanner.inlineOpaque || cmd === Cmd.Uncountable || isClientReply(scanner)) return FrameMeaning.Untrackable;
+    // Which command it is is unknown: so is what it does to the state.
+    if (scanner.nameOpaque) return FrameMeaning.Untrackable;
+    // Inside MULTI these are queued as any command (one reply each): the state goes on as usual.
+    const meaning =
+      cmd === Cmd.Replication
+        ? FrameMeaning.Replication
+        : scanner.inlineOpaque || cmd === Cmd.Uncountable || isClientReply(scanner)
+          ? FrameMeaning.Untrackable
+          : FrameMeaning.Reply;
     const argc = scanner.argc;
     const queued = this.inMulti && queuedInMulti(cmd);
     switch (cmd) {
@@ -68,9 +75,11 @@ export class TransactionState {
         if (argc === 1 && !this.inMulti) this.open();
         break;
       case Cmd.Exec:
-        // Refused (wrong arity, ACL, -BUSY, ...), EXEC still ends the transaction: server.c
-        // rejectCommand calls execCommandAbort for it (Redis 6.2+).
+        // Refused (wrong arity, ACL, -BUSY, ...), EXEC still ends the transaction and unwatches,
+        // outside MULTI too: server.c rejectCommand calls execCommandAbort for it (6.0.16 as 7.x).
+        // `EXEC` alone outside MULTI runs, answers "EXEC without MULTI" and leaves WATCH as it is.
         if (this.inMulti) this.close();
+        else if (argc !== 1) this.watching = false;
         break;
       case Cmd.Discard:
         if (argc === 1 && this.inMulti) this.close();
@@ -87,7 +96,7 @@ export class TransactionState {
     }
     if (queued) this.queuedIndex = this.queued++;
     this.afterAsking = cmd === Cmd.Asking;
-    return FrameMeaning.Reply;
+    return meaning;
   }
 
   /**

@@ -25,6 +25,8 @@ export interface UpstreamWatchPort {
   readonly awaitingReply: boolean;
   /** Redis sent nothing for `ms` while a reply was due. */
   upstreamSilent(ms: number): void;
+  /** An exception in the timer: it ends the session, never the process. */
+  fault(error: unknown): void;
 }
 
 export class UpstreamWatch {
@@ -45,7 +47,13 @@ export class UpstreamWatch {
     if (this.armed || this.blocking) return;
     this.armed = true;
     if (this.timer === undefined) {
-      this.timer = setTimeout(() => this.fired(), this.timeoutMs);
+      this.timer = setTimeout(() => {
+        try {
+          this.fired();
+        } catch (error) {
+          this.port.fault(error);
+        }
+      }, this.timeoutMs);
       this.timer.unref();
     } else {
       this.timer.refresh();

@@ -85,10 +85,17 @@ function frameEnd(buf: Buffer, start: number): number | undefined {
   throw new RespProtocolError(`unknown RESP type byte 0x${buf[start].toString(16).padStart(2, '0')} at offset ${start}`);
 }
 
-/** Index just past `count` consecutive frames starting at `pos`, or undefined. */
+/**
+ * Index just past `count` consecutive frames starting at `pos`, or undefined. A push among them
+ * (Redis 6 sends a tracking invalidation in the middle of EXEC's array) is no element: the count is
+ * Redis's, and the pushes before each element are part of the aggregate's bytes.
+ */
 function elementsEnd(buf: Buffer, pos: number, count: number): number | undefined {
   let end: number | undefined = pos;
-  for (let i = 0; i < count && end !== undefined; i++) end = frameEnd(buf, end);
+  for (let i = 0; i < count && end !== undefined; i++) {
+    while (end !== undefined && buf[end] === 0x3e /* > */) end = frameEnd(buf, end);
+    if (end !== undefined) end = frameEnd(buf, end);
+  }
   return end;
 }
 
