@@ -32,7 +32,7 @@ import { frameHeads } from './support/scan.js';
 const NAME_CAPACITY = 12;
 const KEY_CAPACITY = 1024;
 const VALUE_CAPACITY = 32;
-const OPTION_CAPACITY = 8;
+const OPTION_CAPACITY = 20;
 
 const ORACLE_NAMES = new Map<string, Cmd>([
   ['multi', Cmd.Multi],
@@ -73,7 +73,7 @@ function oracleClassify(name: Uint8Array): Cmd {
 function oracleHeadArgs(cmd: Cmd, argc: number): number {
   switch (cmd) {
     case Cmd.Set:
-      return argc === 6 ? 5 : 1; // SET key value NX EX n: key and option words
+      return argc === 6 ? 6 : 1; // SET key value NX EX n, the options in any order: key and options
     case Cmd.Client:
       return argc === 3 ? 3 : 2; // CLIENT SETNAME name: the name too
     case Cmd.Incr:
@@ -376,9 +376,13 @@ describe('RequestScanner examples', () => {
     expect(MAX_LINE).toBe(64 * 1024);
   });
 
-  it('captures the key and option words of SET key value NX EX n, and of no other SET', () => {
-    const bytes = Buffer.concat([cmd('SET', 'k', '1796000000', 'NX', 'EX', '3600'), cmd('SET', 'a', 'b')]);
-    const heads: Array<[number, string, string, string]> = [];
+  it('captures the key and options of SET key value NX EX n, and of no other SET', () => {
+    const bytes = Buffer.concat([
+      cmd('SET', 'k', '1796000000', 'NX', 'EX', '3600'),
+      cmd('SET', 'k', '1', 'PX', '86400000000', 'NX'),
+      cmd('SET', 'a', 'b'),
+    ]);
+    const heads: Array<[number, string, string, string, string]> = [];
     const text = (buf: Buffer, length: number) => buf.toString('latin1', 0, length);
     for (const { scanner } of frameHeads(bytes)) {
       heads.push([
@@ -386,11 +390,13 @@ describe('RequestScanner examples', () => {
         text(scanner.key, scanner.keyLength),
         text(scanner.arg3, scanner.arg3Length),
         text(scanner.arg4, scanner.arg4Length),
+        text(scanner.arg5, scanner.arg5Length),
       ]);
     }
     expect(heads).toEqual([
-      [6, 'k', 'NX', 'EX'],
-      [3, '', '', ''], // HEAD right after the name: nothing else is looked at
+      [6, 'k', 'NX', 'EX', '3600'],
+      [6, 'k', 'PX', '86400000000', 'NX'],
+      [3, '', '', '', ''], // HEAD right after the name: nothing else is looked at
     ]);
   });
 

@@ -12,19 +12,21 @@ import type { RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
 
 const NX = Buffer.from('nx');
-const EX = Buffer.from('ex');
-const PX = Buffer.from('px');
+/** The expiry options of SET that take a number: relative (EX, PX) or absolute (EXAT, PXAT). */
+const EXPIRY_UNITS = ['ex', 'px', 'exat', 'pxat'].map((unit) => Buffer.from(unit));
 
-/** Whether the frame whose head the scanner holds is `SET key value NX EX|PX n`. */
+/**
+ * Whether the frame whose head the scanner holds is `SET key value NX EX n`: NX and an expiry
+ * (EX, PX, EXAT or PXAT and its number), in either order, as Redis takes its options.
+ */
 function isFixedShapeAttempt(scanner: RequestScanner): boolean {
-  return (
-    scanner.cmd === Cmd.Set &&
-    scanner.argc === 6 &&
-    !scanner.inline &&
-    !scanner.oversize &&
-    isWord(scanner.arg3, scanner.arg3Length, NX) &&
-    (isWord(scanner.arg4, scanner.arg4Length, EX) || isWord(scanner.arg4, scanner.arg4Length, PX))
-  );
+  if (scanner.cmd !== Cmd.Set || scanner.argc !== 6 || scanner.inline || scanner.oversize) return false;
+  if (isWord(scanner.arg3, scanner.arg3Length, NX)) return isExpiryUnit(scanner.arg4, scanner.arg4Length);
+  return isExpiryUnit(scanner.arg3, scanner.arg3Length) && isWord(scanner.arg5, scanner.arg5Length, NX);
+}
+
+function isExpiryUnit(bytes: Buffer, length: number): boolean {
+  return EXPIRY_UNITS.some((unit) => isWord(bytes, length, unit));
 }
 
 function isWord(bytes: Buffer, length: number, lower: Buffer): boolean {

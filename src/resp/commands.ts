@@ -125,8 +125,8 @@ export function classifyCommand(buf: Uint8Array, start: number, len: number): Cm
 export function argsNeeded(cmd: Cmd, argc: number): number {
   switch (cmd) {
     case Cmd.Set:
-      // Only `SET key value NX EX n` (6 arguments) is looked at: its key and its two option words.
-      return argc === 6 ? 5 : 1;
+      // Only `SET key value NX EX n` (6 arguments, the options in any order) is looked at: its key and options.
+      return argc === 6 ? 6 : 1;
     case Cmd.Client:
       // CLIENT SETNAME name: the name says whether the connection is verify's (verify-connection.ts).
       return argc === 3 ? 3 : 2;

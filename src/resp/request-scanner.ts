@@ -28,8 +28,8 @@ export const MAX_LINE = 64 * 1024;
 export const MAX_CAPTURED_KEY = 1024;
 /** Longest second argument captured (an integer needs at most 20 bytes). */
 export const MAX_CAPTURED_VALUE = 32;
-/** Longest third or fourth argument captured (an option word such as NX or EX). */
-export const MAX_CAPTURED_OPTION = 8;
+/** Longest third to fifth argument captured (an option word such as NX or EX, or an integer of up to 20 bytes). */
+export const MAX_CAPTURED_OPTION = 20;
 
 /** Bits of `RequestScanner.event`. HEAD and END may be set together. */
 export const HEAD = 1;
@@ -89,11 +89,13 @@ export class RequestScanner {
   /** Argument 2 (a delta or a TTL for the commands the proxy rewrites). */
   readonly value = Buffer.allocUnsafe(MAX_CAPTURED_VALUE);
   valueLength = 0;
-  /** Arguments 3 and 4, for the commands that need them (SET's NX and EX), valid for their lengths. */
+  /** Arguments 3 to 5, for the commands that need them (SET's NX and EX n, in either order), valid for their lengths. */
   readonly arg3 = Buffer.allocUnsafe(MAX_CAPTURED_OPTION);
   arg3Length = 0;
   readonly arg4 = Buffer.allocUnsafe(MAX_CAPTURED_OPTION);
   arg4Length = 0;
+  readonly arg5 = Buffer.allocUnsafe(MAX_CAPTURED_OPTION);
+  arg5Length = 0;
   /** Why the stream is not valid RESP, when MALFORMED was reported. */
   malformedReason = '';
 
@@ -315,6 +317,7 @@ export class RequestScanner {
     this.valueLength = 0;
     this.arg3Length = 0;
     this.arg4Length = 0;
+    this.arg5Length = 0;
     this.nameLength = 0;
     this.headArgs = 1;
     this.headReported = false;
@@ -342,7 +345,18 @@ export class RequestScanner {
       this.reportHead();
       return;
     }
-    this.captureTarget = index === 0 ? this.name : index === 1 ? this.key : index === 2 ? this.value : index === 3 ? this.arg3 : this.arg4;
+    this.captureTarget =
+      index === 0
+        ? this.name
+        : index === 1
+          ? this.key
+          : index === 2
+            ? this.value
+            : index === 3
+              ? this.arg3
+              : index === 4
+                ? this.arg4
+                : this.arg5;
   }
 
   private finishArgument(): void {
@@ -357,8 +371,10 @@ export class RequestScanner {
         this.valueLength = this.bodyLength;
       } else if (this.argIndex === 3) {
         this.arg3Length = this.bodyLength;
-      } else {
+      } else if (this.argIndex === 4) {
         this.arg4Length = this.bodyLength;
+      } else {
+        this.arg5Length = this.bodyLength;
       }
       this.captureTarget = null;
     }

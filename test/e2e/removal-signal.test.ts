@@ -97,10 +97,13 @@ describe('narrowed with --stalwart 0.15.3', () => {
           // Not rewritten: the 0.15 rules do not name 0x17 + u64, so every attempt sets the expiry, as without the proxy.
           expect((await client.readReplies(4)).toString('latin1')).toBe(attemptReplies(i + 1, 1));
         }
-        // Fixed-shape attempts on 0.16 keys, which no 0.15 rule names either.
+        // Fixed-shape attempts on 0.16 keys, which no 0.15 rule names either; SET takes its options in any order.
         const deadline = String(Math.floor(Date.now() / 1000) + 3600);
-        for (const id of [2000n, 2001n]) {
-          client.write(cmd('SET', taskLockKey(id), deadline, 'NX', 'EX', '3600'));
+        for (const [id, options] of [
+          [2000n, ['NX', 'EX', '3600']],
+          [2001n, ['ex', '3600', 'nx']],
+        ] as const) {
+          client.write(cmd('SET', taskLockKey(id), deadline, ...options));
           expect((await client.readReplies(1)).toString('latin1')).toBe('+OK\r\n');
         }
       });
