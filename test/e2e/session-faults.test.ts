@@ -45,7 +45,7 @@ describe('a fault fails one connection', () => {
       await victim.readUntilClosed(10_000);
       expect(victim.isClosed).toBe(true);
       expect({ counted: env.proxy.stats.sessionFaults }).toEqual({ counted: faults + 1 });
-      const line = env.proxy.logs().findLast((entry) => String(entry.msg).startsWith("fault on this connection's data path"));
+      const line = [...env.proxy.logs()].reverse().find((entry) => String(entry.msg).startsWith("fault on this connection's data path"));
       expect(line?.level).toBe(50);
       expect(JSON.stringify(line?.err)).toContain(`injected fault (${side} side)`);
       // The bystander, and a new connection, carry on; the metric says what happened.
