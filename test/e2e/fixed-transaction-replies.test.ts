@@ -74,7 +74,8 @@ describe('a fixed pair answered as Redis answers it', () => {
     ]);
     const direct = await attempt(env.redis.port, bytes, 7);
     const proxied = await attempt(proxy.port, bytes, 7);
-    expect(direct.replies).toMatch(/\*3\r\n>2\r\n/);
+    // Redis 7.0 sends the push inside EXEC's array; later servers may send it after the array.
+    expect(direct.replies).toContain('>2\r\n$16\r\nserver-cpu-usage\r\n');
     // HELLO's map names the connection's id: the rest is byte for byte.
     const sameId = (replies: string) => replies.replace(/\$2\r\nid\r\n:\d+\r\n/, '$2\r\nid\r\n:N\r\n');
     expect(sameId(proxied.replies)).toBe(sameId(direct.replies));
