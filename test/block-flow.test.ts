@@ -6,7 +6,7 @@
  * block counts is streamed-blocks.test.ts's.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { LockBlocks, type LockBlockPort } from '../src/lock/block-flow.js';
+import { LockBlocks, refusalCause, type LockBlockPort } from '../src/lock/block-flow.js';
 import { LOCK_SCRIPT_SHA } from '../src/lock/script.js';
 import type { Logger } from '../src/log.js';
 import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
@@ -144,6 +144,28 @@ describe('LockBlocks', () => {
       expect([port.expected, port.client]).toEqual([4, '']);
       expect(port.events).toEqual(['hold', 'resume']);
       expect(stats.fallbacks.get('NOPERM')).toBe(1);
+    });
+
+    it('names the cause of a refusal: the error code, and for NOPERM the command refused', () => {
+      expect(refusalCause("-NOPERM this user has no permissions to run the 'evalsha' command or its subcommand")).toEqual({
+        reason: 'NOPERM',
+        command: 'evalsha',
+      });
+      // The script's own words, before 7.0 ("@user_script: 1: The user executing ...") and after.
+      expect(refusalCause("-NOPERM pttl: The user executing the script can't run this command or subcommand")).toEqual({
+        reason: 'NOPERM',
+        command: 'pttl',
+      });
+      expect(refusalCause('-NOPERM exec: the lock block is not allowed for this user')).toEqual({ reason: 'NOPERM', command: 'exec' });
+      for (const [message, reason] of [
+        ["-OOM command not allowed when used memory > 'maxmemory'.", 'OOM'],
+        ["-READONLY You can't write against a read only replica.", 'READONLY'],
+        ['-BUSY Redis is busy running a script.', 'BUSY'],
+        ['-NOSCRIPT No matching script.', 'NOSCRIPT'],
+        ['-@user_script: 1: something else', 'ERR'],
+      ]) {
+        expect(refusalCause(message)).toEqual({ reason, command: undefined });
+      }
     });
 
     it('closes the connection, never resending the block, when the increment ran but the reply cannot say how', () => {

@@ -245,13 +245,13 @@ export class LockBlocks {
 
   /** The script wrote nothing: the original block goes upstream as the client sent it, for Redis to answer. */
   private fallBack(message: string, block: CompleteBlock): void {
-    const reason = /^-(\S+)/.exec(message)?.[1] ?? 'ERR';
+    const { reason, command } = refusalCause(message);
     if (!this.fallbackReasonsLogged.has(reason)) {
       this.fallbackReasonsLogged.add(reason);
       // A cluster's key check (the key's slot is elsewhere) is routine: the client follows the redirect.
       const level = CLUSTER_REDIRECT.test(message) ? 'debug' : 'warn';
       this.port.log[level](
-        { reason, error: message, rule: block.rule.name, key: describeKey(block.call.key) },
+        { reason, command, error: message, rule: block.rule.name, key: describeKey(block.call.key) },
         'lock script could not run; sending the original block unchanged (logged once per connection and reason)',
       );
     }
@@ -275,4 +275,16 @@ export class LockBlocks {
 /** One buffer for several (held bytes are small), so that they go out in one write. */
 export function joined(parts: Buffer[]): Buffer {
   return parts.length === 1 ? parts[0] : Buffer.concat(parts);
+}
+
+/**
+ * The cause a refusal of the script names: its error code (NOPERM, OOM, READONLY, BUSY, NOSCRIPT,
+ * MOVED, ...), and for NOPERM the command refused, where it says (the script names the one it was
+ * refused; Redis names EVALSHA's own in quotes).
+ */
+export function refusalCause(message: string): { reason: string; command: string | undefined } {
+  const reason = /^-([A-Z]+)\b/.exec(message)?.[1] ?? 'ERR';
+  if (reason !== 'NOPERM') return { reason, command: undefined };
+  const command = /^-NOPERM ([a-z]+):/.exec(message)?.[1] ?? /'([a-z|]+)' command/.exec(message)?.[1];
+  return { reason, command };
 }

@@ -43,21 +43,35 @@ import { BLOCK_COMMANDS, REPLIES_HEAD, type LockCall } from './block-shape.js';
 export const LOCK_SCRIPT = `-- redis-lock-proxy: expire-on-create
 local key, incr, delta, expire, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local check = redis.acl_check_cmd
+-- A command refused in the script: its error, worded so that the proxy can tell the cause (before
+-- 7.0 an ACL refusal is "@user_script: 11: The user executing the script can't run this command").
+local function refusal(command, reply)
+  local e = string.gsub(reply.err or '', '^@user_script:%s*%d+:%s*', '')
+  if string.find(e, "can't run this command", 1, true) or string.find(e, 'no permissions', 1, true) then
+    return redis.error_reply('NOPERM ' .. string.lower(command) .. ': ' .. e)
+  end
+  return redis.error_reply(e)
+end
 local before
 if check then
   local allowed
   if incr == 'INCR' then allowed = check('INCR', key) else allowed = check('INCRBY', key, delta) end
-  if not (allowed and check('MULTI') and check(expire, key, ttl, 'NX') and check('EXEC')) then
-    return redis.error_reply('NOPERM the lock block is not allowed for this user')
+  local denied
+  if not allowed then denied = incr
+  elseif not check('MULTI') then denied = 'MULTI'
+  elseif not check(expire, key, ttl, 'NX') then denied = expire
+  elseif not check('EXEC') then denied = 'EXEC' end
+  if denied then
+    return redis.error_reply('NOPERM ' .. string.lower(denied) .. ': the lock block is not allowed for this user')
   end
 else
   before = redis.pcall('PTTL', key)
-  if type(before) == 'table' then return before end
+  if type(before) == 'table' then return refusal('PTTL', before) end
   if before == -2 then
     local full = redis.pcall('INCRBY', key, 'x')
-    if type(full) == 'table' and full.err and string.find(full.err, 'OOM', 1, true) then return full end
+    if type(full) == 'table' and full.err and string.find(full.err, 'OOM', 1, true) then return refusal('INCRBY', full) end
     local refused = redis.pcall(expire, key, ttl)
-    if type(refused) == 'table' then return refused end
+    if type(refused) == 'table' then return refusal(expire, refused) end
   end
 end
 local n
@@ -67,7 +81,7 @@ if type(n) == 'table' then
   if not (string.find(e, 'WRONGTYPE', 1, true) == 1
       or string.find(e, 'ERR value is not an integer', 1, true) == 1
       or string.find(e, 'ERR increment or decrement would overflow', 1, true) == 1) then
-    return n
+    return refusal(incr, n)
   end
 end
 local applied = 0
