@@ -16,7 +16,8 @@ import type { Config } from './config.js';
 import { ConfigError } from './errors.js';
 import { describeInherited, NO_INHERITED_SOCKETS, type InheritedSocket, type InheritedSockets } from './listen-fds.js';
 import { changedSettings, OPTIONS, overriddenFileSettings, type OptionName, type OptionSpec } from './settings.js';
-import { ServerMethods } from './lock/lock-method.js';
+import { HELLO, methodFromHello, ServerMethods } from './lock/lock-method.js';
+import { chooseMethod, type MethodChoice } from './lock/method-choice.js';
 import type { Logger } from './log.js';
 import { loadCensus } from './rules/census.js';
 import { describeRules, releasesText, RuleStore } from './rules/store.js';
@@ -25,7 +26,7 @@ import { addShutdownCounts, startProxy, type ProxyServer, type ShutdownCount } f
 import type { ProxyContext } from './session/context.js';
 import { Stats } from './stats.js';
 import { UpstreamConnector } from './upstream/connect.js';
-import { probeUpstream } from './upstream/probe.js';
+import { askHello, probeUpstream } from './upstream/probe.js';
 import { RefusalLog } from './upstream/refusal-log.js';
 import { refuseSelfLoop } from './upstream/self-loop.js';
 import type { SentinelMonitor } from './upstream/sentinel.js';
@@ -141,6 +142,11 @@ export async function startApp(started: Config, log: Logger, sockets: InheritedS
   const cluster = config.cluster === null ? null : await startCluster(config, contextFor, log, stats);
   const locator = cluster ?? sentinel;
   const upstream = new UpstreamConnector(config.upstream, config.upstreamTls, locator);
+  // The way lock blocks go, asked of the server now: a way it cannot run stops the start.
+  const methodAtStart = await lockMethodAtStart(config, upstream, serverMethods, log).catch(async (err: Error) => {
+    await Promise.all([cluster?.close(), sentinel?.close()]);
+    throw err;
+  });
   const seed = await startProxy(
     { listen: sockets.client ?? config.listen, tls: config.listenerTls, maxConnections: config.maxConnections },
     contextFor(upstream, cluster),
@@ -215,7 +221,12 @@ export async function startApp(started: Config, log: Logger, sockets: InheritedS
         sentinelMajority: sentinel === null ? undefined : () => sentinel.agreement().majority,
       }),
       ready,
-      rules: () => rulesView(rules.current, rules.mode, packageVersion(), verifyRuns.instance),
+      rules: () =>
+        rulesView(rules.current, rules.mode, packageVersion(), verifyRuns.instance, {
+          setting: config.lockMethod,
+          atStart: methodAtStart,
+          upstreams: serverMethods.known(),
+        }),
       verifyRuns,
       log,
       onRefused: (reason) => stats.adminConnectionRefused(reason),
@@ -294,7 +305,11 @@ export async function startApp(started: Config, log: Logger, sockets: InheritedS
     get config() {
       return config;
     },
-    describe: () => describeApp(config, seed, cluster, upstream, admin, rules),
+    describe: () => ({
+      ...describeApp(config, seed, cluster, upstream, admin, rules),
+      lockMethod: config.lockMethod,
+      lockWay: methodAtStart,
+    }),
     reload(trigger: string, read?: () => Config) {
       if (read === undefined) rules.reload(trigger);
       else reconfigure(trigger, read);
@@ -369,6 +384,24 @@ async function startCluster(
     log,
     stats,
   });
+}
+
+/**
+ * Asks the upstream its version (HELLO, changing nothing) where lock blocks may take the
+ * transaction way, and says which way they take and why; the version is kept for the address.
+ * @throws ConfigError for --lock-method transaction on a server without EXPIRE ... NX.
+ */
+async function lockMethodAtStart(config: Config, upstream: UpstreamConnector, methods: ServerMethods, log: Logger): Promise<MethodChoice> {
+  if (config.lockMethod === 'script') return chooseMethod('script', null, upstream.describe());
+  const answer = await askHello(upstream, HELLO, Math.min(config.connectTimeoutMs, 1500));
+  const version = answer === null ? null : methodFromHello(answer.reply);
+  if (answer !== null && version?.method && methods.learnt(answer.address, version.method, version.detail)) {
+    log.debug(
+      { upstream: answer.address, server: version.detail, method: version.method, asked: 'start' },
+      'lock method chosen from the server version',
+    );
+  }
+  return chooseMethod(config.lockMethod, version, upstream.describe());
 }
 
 function describeApp(

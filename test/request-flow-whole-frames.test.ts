@@ -38,6 +38,12 @@ class CountedReplies extends ReplyStream {
   }
 }
 
+/** The server's version, known as a start asks it: a MULTI waits for nothing. */
+function learnt(methods: ServerMethods): ServerMethods {
+  methods.learnt('127.0.0.1:6379', 'transaction');
+  return methods;
+}
+
 /** A flow (transaction method: nothing waits for a reply of the proxy's own) and what it sent. */
 function flow() {
   const log = pino({ level: 'silent' });
@@ -53,7 +59,7 @@ function flow() {
     ownReplyTimeoutMs: 60_000,
     upstreamTimeoutMs: 0,
     lockMethod: 'transaction',
-    serverMethods: new ServerMethods(),
+    serverMethods: learnt(new ServerMethods()),
     cluster: null,
     log,
     stats,

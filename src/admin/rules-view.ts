@@ -24,12 +24,24 @@ export interface RulesView {
     /** Its canonical definition (Rule.definition): the same rule read from the same file says the same. */
     readonly definition: string;
   }>;
+  /**
+   * How lock blocks go to Redis: the --lock-method setting, the way chosen at start and why, and
+   * each upstream address whose server's version is known, with its way.
+   */
+  readonly lockMethod?: LockMethodView;
 }
 
-export function rulesView(rules: RuleSet, mode: RuleMode, version: string, instance: string): RulesView {
+export interface LockMethodView {
+  readonly setting: string;
+  readonly atStart: { readonly way: string | null; readonly why: string };
+  readonly upstreams: Record<string, { readonly way: string; readonly server: string | null }>;
+}
+
+export function rulesView(rules: RuleSet, mode: RuleMode, version: string, instance: string, lockMethod?: LockMethodView): RulesView {
   return {
     version,
     instance,
+    ...(lockMethod === undefined ? {} : { lockMethod }),
     mode,
     releases: releasesText(rules),
     files: [...rules.files],

@@ -73,6 +73,10 @@ export class ServerMethods {
   private readonly byAddress = new Map<string, LockMethod>();
   /** Addresses asked ahead right now. */
   private readonly asking = new Set<string>();
+  /** What each server said it is (`redis 7.0.15`), for /rules. */
+  private readonly servers = new Map<string, string>();
+  /** Addresses whose server lacks what --lock-method transaction needs, said once each. */
+  private readonly mismatchSaid = new Set<string>();
   /** Addresses whose question ahead was refused (no credentials of the proxy's own): the client connections ask. */
   private readonly refused = new Set<string>();
 
@@ -80,11 +84,24 @@ export class ServerMethods {
     return this.byAddress.get(address) ?? null;
   }
 
-  /** What a connection to `address` found; true when it was not known yet. */
-  learnt(address: string, method: LockMethod): boolean {
+  /** What a connection to `address` found (`server`: what it said it is); true when it was not known yet. */
+  learnt(address: string, method: LockMethod, server?: string): boolean {
     const known = this.byAddress.get(address);
     this.byAddress.set(address, method);
+    if (server !== undefined) this.servers.set(address, server);
     return known === undefined;
+  }
+
+  /** Each upstream address known, its way and what its server said it is: for /rules. */
+  known(): Record<string, { way: LockMethod; server: string | null }> {
+    return Object.fromEntries([...this.byAddress].map(([address, way]) => [address, { way, server: this.servers.get(address) ?? null }]));
+  }
+
+  /** --lock-method transaction met a server without EXPIRE ... NX at `address`: true the first time (to be said once). */
+  mismatch(address: string): boolean {
+    if (this.mismatchSaid.has(address)) return false;
+    this.mismatchSaid.add(address);
+    return true;
   }
 
   /**
@@ -99,7 +116,7 @@ export class ServerMethods {
       this.asking.delete(address);
       if (version === null) return;
       if (version.method === null) this.refused.add(address);
-      else if (this.learnt(address, version.method)) found(version);
+      else if (this.learnt(address, version.method, version.detail)) found(version);
     };
     void ask().then(settle, () => settle(null));
   }
@@ -107,6 +124,8 @@ export class ServerMethods {
   /** The server behind the address may have changed (it closed a connection on its own, or refused one). */
   forget(address: string): void {
     this.byAddress.delete(address);
+    this.servers.delete(address);
     this.refused.delete(address);
+    this.mismatchSaid.delete(address);
   }
 }

@@ -7,8 +7,12 @@
  *
  * Output: `check: OK: ...` on stdout and exit 0, with any warning a start would log on stderr;
  * or every problem, each on a line of its own on stderr (a config file's: file, line and key; a
- * rule file's: file, line, rule and field; every rule of every file is checked), and exit 2. It opens no port and asks no server: a port in use or an upstream that does not answer
- * show only at the start itself.
+ * rule file's: file, line, rule and field; every rule of every file is checked), and exit 2. It opens
+ * no port. It asks the upstream one thing, where the URL names it (not behind --sentinel or
+ * --cluster): its version (HELLO, which changes nothing), to say which way lock blocks take, and
+ * to refuse --lock-method transaction in front of a server without EXPIRE ... NX, as a start does.
+ * An upstream that does not answer is a warning: a port in use or a Redis that is down show only
+ * at the start itself.
  */
 import { formatAddress } from '../address.js';
 import { buildConfig, chooseRules, type Config, type RuleChoice } from '../config.js';
@@ -17,6 +21,10 @@ import { loadRules, ruleProblems } from '../rules/loader.js';
 import { releasesText } from '../rules/store.js';
 import { effectiveMode } from '../rules/types.js';
 import { overriddenFileSettings, readFlags, readSettingsAndProblems, type RawSettings } from '../settings.js';
+import { HELLO, methodFromHello } from '../lock/lock-method.js';
+import { chooseMethod } from '../lock/method-choice.js';
+import { UpstreamConnector } from '../upstream/connect.js';
+import { askHello } from '../upstream/probe.js';
 import type { Io } from './command.js';
 
 export const CHECK_USAGE = `Usage: redis-lock-proxy check [the proxy's options]
@@ -28,7 +36,10 @@ Give it the same options and environment as the proxy. Prints one line,
 "check: OK: ..." (exit 0), or every problem on a line of its own, naming the
 file, the line and the key, or the file, the line, the rule and the field
 (exit 2).
-It opens no port and asks no server.
+It opens no port. It asks the upstream its version (HELLO, which changes
+nothing) where the URL names it, to say which way lock blocks take there,
+and refuses --lock-method transaction in front of a server without
+EXPIRE ... NX (before Redis 7.0), as a start does.
 
 Use it before a restart or a reload (systemctl reload runs it first in the
 example unit): a rule file that a reload refuses would stop the next start.
@@ -56,9 +67,35 @@ export async function run(argv: string[], io: Io): Promise<number> {
     io.stderr(`redis-lock-proxy check: ${count} problem${count === 1 ? '' : 's'}: the proxy would not start with this configuration\n`);
     return 2;
   }
+  const { config } = outcome.ready;
+  let method: string;
+  try {
+    method = await lockMethodOf(config);
+  } catch (err) {
+    io.stderr(`redis-lock-proxy check: ${(err as Error).message}\n`);
+    io.stderr('redis-lock-proxy check: 1 problem: the proxy would not start with this configuration\n');
+    return 2;
+  }
   for (const warning of outcome.ready.warnings) io.stderr(`redis-lock-proxy check: warning: ${warning}\n`);
-  io.stdout(`check: OK: ${outcome.ready.summary}\n`);
+  io.stdout(`check: OK: ${outcome.ready.summary}, lock method ${method}\n`);
   return 0;
+}
+
+/**
+ * Which way lock blocks take, and why, asking a plain upstream its version.
+ * @throws ConfigError for --lock-method transaction in front of a server without EXPIRE ... NX.
+ */
+async function lockMethodOf(config: Config): Promise<string> {
+  const setting = config.lockMethod;
+  if (setting === 'script' || config.sentinel !== null || config.cluster !== null) {
+    return setting === 'script'
+      ? 'script (--lock-method script)'
+      : `${setting} (the server behind --sentinel or --cluster is asked at the start)`;
+  }
+  const upstream = new UpstreamConnector(config.upstream, config.upstreamTls);
+  const answer = await askHello(upstream, HELLO, Math.min(config.connectTimeoutMs, 3000));
+  const choice = chooseMethod(setting, answer === null ? null : methodFromHello(answer.reply), upstream.describe());
+  return `${choice.way ?? setting} (${choice.why})`;
 }
 
 /** Checks the proxy's options `argv` and the environment `env` as a start reads them. */

@@ -386,12 +386,23 @@ export class RequestFlow implements LockBlockPort {
     );
   }
 
-  /** How this connection's lock blocks go: the setting, or what the server was found to need (null: not known yet). */
+  /**
+   * How this connection's lock blocks go: the script where set, else what the server was found to
+   * need (null: not known yet). --lock-method transaction was refused at start in front of a server
+   * without EXPIRE ... NX; one found later (a failover to an older replica) gets the script way,
+   * with an error line, rather than EXECABORT for every lock (lock/method-choice.ts).
+   */
   private lockMethod(): LockMethod | null {
     const setting = this.ctx.lockMethod;
-    if (setting !== 'auto') return setting;
+    if (setting === 'script') return setting;
     // What the address is known to need holds for this connection's whole life: it stays on that server.
     this.learnt ??= this.ctx.serverMethods.get(this.port.upstreamAddress);
+    if (setting === 'transaction' && this.learnt === 'script' && this.ctx.serverMethods.mismatch(this.port.upstreamAddress)) {
+      this.port.log.error(
+        { upstream: this.port.upstreamAddress },
+        '--lock-method transaction: this server has no EXPIRE ... NX (before Redis 7.0); its lock blocks take the script way',
+      );
+    }
     return this.learnt;
   }
 
@@ -498,7 +509,7 @@ export class RequestFlow implements LockBlockPort {
     if (version.method !== null) {
       this.learnt = version.method;
       // Logged by whoever learns it first: this connection, or the question asked ahead.
-      if (this.ctx.serverMethods.learnt(this.port.upstreamAddress, version.method)) {
+      if (this.ctx.serverMethods.learnt(this.port.upstreamAddress, version.method, version.detail)) {
         this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
       }
     } else {

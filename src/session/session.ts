@@ -264,7 +264,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
    */
   private askServerMethodAhead(): void {
     const ctx = this.ctx;
-    if (ctx.lockMethod !== 'auto' || ctx.rules().rules.length === 0) return;
+    if (ctx.lockMethod === 'script' || ctx.rules().rules.length === 0) return;
     const { upstream, ownReplyTimeoutMs, log } = ctx;
     const address = this.upstreamAddress;
     ctx.serverMethods.askAhead(

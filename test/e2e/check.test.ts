@@ -32,6 +32,9 @@ function writeTmp(name: string, text: string): string {
 /** The lines of a text, without the last newline. */
 const lines = (text: string) => text.replace(/\n$/, '').split('\n');
 
+/** The end of check's OK line where no server answers on the upstream (nothing listens there in these tests). */
+const UNASKED = ', lock method auto (auto; the upstream did not answer: asked again by each connection)';
+
 describe('redis-lock-proxy check', () => {
   it('says what a start would run with, and exits 0, opening nothing', async () => {
     const exit = await runCli(['check', '--listen', '127.0.0.1:1', '--upstream', 'redis://:s3cret@127.0.0.1:2/1', '--stalwart', '0.15.3']);
@@ -40,7 +43,7 @@ describe('redis-lock-proxy check', () => {
       signal: null,
       stdout:
         'check: OK: listen 127.0.0.1:1, upstream redis://:***@127.0.0.1:2/1, admin off, mode enforce, ' +
-        '13 rule(s) (13 enforce, 0 observe) from 1 file(s) for Stalwart 0.15.0 - 0.15.5\n',
+        `13 rule(s) (13 enforce, 0 observe) from 1 file(s) for Stalwart 0.15.0 - 0.15.5${UNASKED}\n`,
       stderr: '',
     });
   });
@@ -87,7 +90,7 @@ describe('redis-lock-proxy check', () => {
     });
     expect(exit.code).toBe(0);
     expect(exit.stdout).toMatch(
-      /^check: OK: listen 127\.0\.0\.1:6380, .*mode observe, 2 rule\(s\) \(0 enforce, 2 observe\) from 1 file\(s\) for Stalwart 0\.16\.0 - 0\.16\.15\n$/,
+      /^check: OK: listen 127\.0\.0\.1:6380, .*mode observe, 2 rule\(s\) \(0 enforce, 2 observe\) from 1 file\(s\) for Stalwart 0\.16\.0 - 0\.16\.15, lock method auto \(.*\)\n$/,
     );
     expect(lines(exit.stderr)).toEqual([
       expect.stringMatching(/^redis-lock-proxy check: warning: max-frame-bytes no longer applies/),
@@ -99,7 +102,7 @@ describe('redis-lock-proxy check', () => {
     const config = writeTmp('fleet.yaml', `listen: 127.0.0.1:1\nadmin-listen: "off"\n`);
     const ok = (rules: number, files: number) =>
       `check: OK: listen 127.0.0.1:1, upstream redis://127.0.0.1:6379, admin off, mode enforce, ` +
-      `${rules} rule(s) (${rules} enforce, 0 observe) from ${files} file(s) for Stalwart 0.15.0 - 0.15.5, Stalwart 0.16.0 - 0.16.15\n`;
+      `${rules} rule(s) (${rules} enforce, 0 observe) from ${files} file(s) for Stalwart 0.15.0 - 0.15.5, Stalwart 0.16.0 - 0.16.15${UNASKED}\n`;
     // 0.15's 13 rules and 0.16's 2, the queue lock they share once.
     const repeated = await runCli(['check', '--config', config, '--stalwart', '0.15.3', '--stalwart', '0.16.9']);
     expect(repeated).toEqual({ code: 0, signal: null, stdout: ok(14, 2), stderr: '' });
@@ -188,7 +191,9 @@ describe('redis-lock-proxy check', () => {
     // For 0.15 alone the 0.16 task lock is not loaded: the site rule is then the only one for those keys.
     const alone = await runCli(['check', '--rules', STALWART_RULES, '--rules', site, '--stalwart', '0.15.3']);
     expect([alone.code, alone.stderr]).toEqual([0, '']);
-    expect(alone.stdout).toMatch(/ 14 rule\(s\) \(14 enforce, 0 observe\) from 2 file\(s\) for Stalwart 0\.15\.0 - 0\.15\.5\n$/);
+    expect(alone.stdout).toMatch(
+      / 14 rule\(s\) \(14 enforce, 0 observe\) from 2 file\(s\) for Stalwart 0\.15\.0 - 0\.15\.5, lock method auto \(.*\)\n$/,
+    );
   });
 
   it('refuses what is not a setting, and explains itself', async () => {

@@ -165,11 +165,12 @@ function capturingLogger() {
 
 /**
  * Connects once to a proxy with --lock-method auto and waits until it has asked the server's
- * version ahead (on a connection of its own), so that a test that counts what Redis reads sees
- * no such question later.
+ * version on a connection of its own (at the start, or ahead of a connection), so that a test that
+ * counts what Redis reads sees no such question later.
  */
 export async function versionAskedAhead(proxy: TestProxy, timeoutMs = 10_000): Promise<void> {
-  const asked = (): boolean => proxy.logs().some((l) => l.msg === 'lock method chosen from the server version' && l.asked === 'ahead');
+  const asked = (): boolean =>
+    proxy.logs().some((l) => l.msg === 'lock method chosen from the server version' && (l.asked === 'ahead' || l.asked === 'start'));
   const client = await RawClient.connect(proxy.port);
   try {
     const deadline = Date.now() + timeoutMs;

@@ -67,6 +67,8 @@ export const SERVER_LINE_TEST_FILES: ReadonlyArray<readonly [file: string, why: 
   ['test/e2e/passthrough.test.ts', 'ACL users in the upstream URL, CLIENT TRACKING and MONITOR around the script, RESET (none before 6.2)'],
   ['test/e2e/reply-counting.test.ts', 'RESET (none before 6.2), REPLCONF, and a transaction this server does or does not end on -BUSY'],
   ['test/e2e/closed-sessions.test.ts', 'sessions freed whatever this server answers (RESET, HELLO)'],
+  ['test/e2e/least-privilege.test.ts', "the README's least-privilege user for the script way"],
+  ['test/e2e/lock-method-choice.test.ts', '--lock-method transaction refused, and the script way said, before EXPIRE ... NX'],
   ['test/e2e/fixed-transaction-replies.test.ts', 'WATCH ended by an EXEC this server refuses, before the script way'],
   ['test/e2e/transparency.test.ts', "this server's own replies, to commands it lacks too (GETDEL, RESET), byte for byte"],
   ['test/e2e/no-waiting.test.ts', "this server's own limits on unfinished and oversized requests"],
