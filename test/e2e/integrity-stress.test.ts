@@ -3,7 +3,9 @@
  * clients and their subscribers at once, each checking every reply byte for byte against an
  * exact model: values of heavy-tailed sizes made of records that name their owner, pipelines
  * written in random splits down to one byte a write, slow readers, transactions, Stalwart lock
- * blocks, pub/sub. Through the proxy (its own process) with each lock method over TCP, and
+ * blocks, pub/sub, RESP3 clients with CLIENT TRACKING on (their invalidation pushes come between
+ * replies and, on Redis 6, inside EXEC's array: taken out and checked apart). Through the proxy
+ * (its own process) with each lock method over TCP, and
  * over a unix socket, a TLS upstream and in front of a cluster; against Redis directly, which
  * shows that the model is Redis's own; and through relays that misplace, drop or repeat one
  * chunk, which the stress must catch.
@@ -26,25 +28,39 @@ const SHORT = { seed: SEED, seconds: 3, clients: 32, pairs: 8, slowShare: 0.25, 
 /** Setting up a cluster of containers on a busy machine takes a while; the run itself a few seconds. */
 const TIMEOUT_MS = 240_000;
 
-async function stressed(options: TargetOptions): Promise<{ report: StressReport; label: string }> {
+interface Stressed {
+  readonly report: StressReport;
+  readonly label: string;
+  /** The server has HELLO 3 and CLIENT TRACKING (Redis 6.0 on): the run must have had RESP3 clients. */
+  readonly resp3: boolean;
+}
+
+async function stressed(options: TargetOptions): Promise<Stressed> {
   const target = await startTarget(options);
   try {
     await target.flush();
-    const resubscribe = (await startedServerFacts()).has('reset');
-    const report = await runStress({ ...SHORT, resubscribe, lockFixed: target.lockFixed, endpointFor: target.endpointFor });
+    const facts = await startedServerFacts();
+    const report = await runStress({
+      ...SHORT,
+      resubscribe: facts.has('reset'),
+      lockFixed: target.lockFixed,
+      endpointFor: target.endpointFor,
+    });
     const errors = target.proxyErrors();
-    return { report, label: target.label + (errors === '' ? '' : `\nthe proxy said on stderr:\n${errors}`) };
+    return { report, label: target.label + (errors === '' ? '' : `\nthe proxy said on stderr:\n${errors}`), resp3: facts.version[0] >= 6 };
   } finally {
     await target.stop();
   }
 }
 
 /** Every byte right, and enough of every kind checked for that to mean something. */
-function expectAllRight({ report, label }: { report: StressReport; label: string }): void {
+function expectAllRight({ report, label, resp3 }: Stressed): void {
   const text = describeReport(report, label);
   expect(report.failures, text).toEqual([]);
   expect(report.replies, text).toBeGreaterThan(500);
-  for (const op of ['set', 'get', 'multi', 'lock', 'publish']) expect(report.commands.get(op) ?? 0, `${op}: ${text}`).toBeGreaterThan(0);
+  const kinds = ['set', 'get', 'multi', 'lock', 'publish', ...(resp3 ? ['get-lock', 'invalidate'] : [])];
+  for (const op of kinds) expect(report.commands.get(op) ?? 0, `${op}: ${text}`).toBeGreaterThan(0);
+  if (resp3) expect(report.resp3Clients, text).toBeGreaterThan(0);
 }
 
 describe('the integrity stress', () => {

@@ -141,9 +141,14 @@ class CheckedConnection {
     this.socket?.destroy();
   }
 
+  /** Checks bytes the connection received; false once they are wrong. (A RESP3 client takes its pushes out first.) */
+  protected accept(chunk: Buffer): boolean {
+    return this.stream.take(chunk);
+  }
+
   private onData(chunk: Buffer): void {
     this.lastProgress = Date.now();
-    if (!this.stream.take(chunk)) this.socket?.destroy();
+    if (!this.accept(chunk)) this.socket?.destroy();
     if (this.options.slow && this.options.rng.chance(0.2)) {
       const socket = this.socket as net.Socket;
       socket.pause();
@@ -169,8 +174,9 @@ export class StressClient extends CheckedConnection {
     options: ConnectionOptions,
     /** The paired subscriber, if any. */
     private readonly subscriber: Subscriber | null = null,
+    name = `client ${workload.client}`,
   ) {
-    super(`client ${workload.client}`, options);
+    super(name, options);
   }
 
   async run(deadline: number): Promise<void> {
@@ -195,7 +201,7 @@ export class StressClient extends CheckedConnection {
   }
 
   /** One write of a batch, its replies expected first (they may come before its last byte is out). */
-  private async write(write: Write): Promise<void> {
+  protected async write(write: Write): Promise<void> {
     this.stream.expect(...write.segments);
     switch (write.kind) {
       case 'pipeline':

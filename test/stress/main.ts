@@ -19,7 +19,9 @@ const USAGE = `Usage: npm run stress -- [options]
 
   --seconds N        how long each configuration runs (default 60)
   --seed N           the seed (default: a new one, printed)
-  --clients N        client connections, each with keys of its own (default 32, at least 1)
+  --clients N        client connections, each with keys of its own (default 32, at least 1); one in
+                     8 (of 2 to 7, the last) speaks RESP3 with CLIENT TRACKING on, where the
+                     server has HELLO 3 (Redis 6.0 on)
   --pairs N          of them, how many publish to a subscriber of their own (default clients / 4)
   --slow-share F     share of connections that read slowly, 0 to 1 (default 0.25)
   --max-value-mib N  largest value (default 4)

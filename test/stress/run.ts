@@ -3,12 +3,15 @@
  * of every reply (workload.ts), checked byte for byte as they arrive (expected.ts); heavy-tailed
  * values up to several MiB made of records that name their owner (pattern.ts); pipelines in
  * random splits; slow readers; transactions; Stalwart lock blocks, pipelined, cut into pieces
- * written with pauses, and sent one command at a time; pub/sub pairs. Whatever goes wrong is
- * reported with the seed that repeats the run.
+ * written with pauses, and sent one command at a time; pub/sub pairs; RESP3 clients with CLIENT
+ * TRACKING on, whose invalidation pushes come between and inside replies (tracking-client.ts).
+ * Whatever goes wrong is reported with the seed that repeats the run.
  */
 import { Rng } from '../bench/random.js';
 import { StressClient, Subscriber, type Endpoint } from './client.js';
 import type { Mismatch } from './expected.js';
+import { probeHello, type HelloProbe } from './hello.js';
+import { TrackingClient } from './tracking-client.js';
 import { clientTag, ClientWorkload } from './workload.js';
 
 export interface StressOptions {
@@ -37,6 +40,10 @@ export interface StressReport {
   readonly seed: number;
   readonly seconds: number;
   readonly connections: number;
+  /** Of the clients, how many spoke RESP3 with tracking on. */
+  readonly resp3Clients: number;
+  /** Why there were none: the server's answer to HELLO 3 (before Redis 6.0); '' otherwise. */
+  readonly resp3Refused: string;
   readonly replies: number;
   readonly bytes: number;
   readonly batches: number;
@@ -49,8 +56,20 @@ function connectionSeed(seed: number, n: number): number {
   return (Math.imul(seed ^ 0x9e3779b9, 0x85ebca6b) + Math.imul(n + 1, 0xc2b2ae35)) >>> 0;
 }
 
+/**
+ * Whether client `c` of `clients` speaks RESP3 with tracking on: one in 8 (the 8th, the 16th,
+ * ...; the 8th of 32 has a subscriber, the others not), and of 2 to 7 clients the last one.
+ */
+export function speaksResp3(c: number, clients: number): boolean {
+  return clients >= 2 && (c % 8 === 7 || (clients < 8 && c === clients - 1));
+}
+
 export async function runStress(options: StressOptions): Promise<StressReport> {
   const stallMs = options.stallMs ?? 30_000;
+  // HELLO 3's reply, the same on every connection but for its id, is asked on a connection of
+  // the probe's own; a server without HELLO 3 (before Redis 6.0) has only RESP2 clients.
+  const first = [...Array(options.clients).keys()].find((c) => speaksResp3(c, options.clients));
+  const hello: HelloProbe = first === undefined ? { refused: '' } : await probeHello(options.endpointFor(clientTag(first)));
   const layout = new Rng(options.seed);
   const subscribers: Subscriber[] = [];
   const clients: StressClient[] = [];
@@ -64,16 +83,16 @@ export async function runStress(options: StressOptions): Promise<StressReport> {
   for (let c = 0; c < options.clients; c++) {
     const rng = new Rng(connectionSeed(options.seed, c));
     const subscriber = subscribers[c] ?? null;
+    const template = 'template' in hello && speaksResp3(c, options.clients) ? hello.template : null;
     const workload = new ClientWorkload(c, rng, {
       maxValueBytes: options.maxValueBytes,
       subscriber: subscriber === null ? null : { channel: subscriber.channel, stream: subscriber.stream },
+      resp3: template !== null,
     });
+    const connection = { endpoint: options.endpointFor(clientTag(c)), rng, slow: layout.chance(options.slowShare), stallMs };
+    const paired = options.resubscribe ? subscriber : null;
     clients.push(
-      new StressClient(
-        workload,
-        { endpoint: options.endpointFor(clientTag(c)), rng, slow: layout.chance(options.slowShare), stallMs },
-        options.resubscribe ? subscriber : null,
-      ),
+      template !== null ? new TrackingClient(workload, connection, paired, template) : new StressClient(workload, connection, paired),
     );
   }
   const connections = [...subscribers, ...clients];
@@ -92,12 +111,25 @@ export async function runStress(options: StressOptions): Promise<StressReport> {
     'resubscribe',
     clients.reduce((sum, client) => sum + client.resubscribes, 0),
   );
+  const tracking = clients.filter((client) => client instanceof TrackingClient);
+  if (tracking.length > 0) {
+    commands.set(
+      'invalidate',
+      tracking.reduce((sum, client) => sum + client.pushes.pushCount, 0),
+    );
+    commands.set(
+      'invalidate-nested',
+      tracking.reduce((sum, client) => sum + client.pushes.nestedPushes, 0),
+    );
+  }
   return {
     seed: options.seed,
     seconds: options.seconds,
     connections: connections.length,
+    resp3Clients: tracking.length,
+    resp3Refused: 'refused' in hello ? hello.refused : '',
     replies: connections.reduce((sum, c) => sum + c.stream.replies, 0),
-    bytes: connections.reduce((sum, c) => sum + c.stream.received, 0),
+    bytes: connections.reduce((sum, c) => sum + c.stream.received, 0) + tracking.reduce((sum, client) => sum + client.pushes.pushBytes, 0),
     batches: clients.reduce((sum, c) => sum + c.batches, 0),
     commands,
     failures: connections.flatMap((c) => (c.failure === null ? [] : [c.failure])),
@@ -108,8 +140,9 @@ export async function runStress(options: StressOptions): Promise<StressReport> {
 export function describeReport(report: StressReport, label: string): string {
   const mib = (report.bytes / (1024 * 1024)).toFixed(1);
   const ops = [...report.commands].map(([op, n]) => `${op} ${n}`).join(', ');
+  const resp3 = report.resp3Refused === '' ? `${report.resp3Clients} RESP3` : `no RESP3: HELLO 3 answered ${report.resp3Refused}`;
   const head =
-    `${label}: seed ${report.seed}, ${report.seconds} s, ${report.connections} connections: ` +
+    `${label}: seed ${report.seed}, ${report.seconds} s, ${report.connections} connections (${resp3}): ` +
     `${report.replies} replies, ${mib} MiB checked, ${report.batches} batches (${ops}); ${report.failures.length} wrong`;
   const failures = report.failures.map(
     (f) => `  ${f.connection}, at byte ${f.streamOffset} of its stream, in the reply to ${f.expected}: ${f.detail}`,

@@ -13,6 +13,11 @@
  *
  * Each batch is a run of writes (a pipeline of commands, a piece of a split block, a step of an
  * interactive one) and the segments their replies must be, byte for byte.
+ *
+ * A RESP3 client (`resp3`: HELLO 3 and CLIENT TRACKING ON on its connection, tracking-client.ts)
+ * gets its nulls as `_`, and its mix also reads its counters, windowed counters and lock key, so
+ * that Redis tracks every kind of key it has and the writes that follow, lock blocks and
+ * transactions among them, send it invalidations (checked apart from the model: invalidations.ts).
  */
 import type { Rng } from '../bench/random.js';
 import { slotOf } from '../support/cluster.js';
@@ -28,6 +33,8 @@ export interface WorkloadOptions {
   readonly maxValueBytes: number;
   /** The subscriber paired with this client, and its channel: PUBLISH goes there. */
   readonly subscriber: { readonly channel: string; readonly stream: ExpectedStream } | null;
+  /** The client speaks RESP3, with CLIENT TRACKING on. */
+  readonly resp3?: boolean;
 }
 
 /**
@@ -68,7 +75,9 @@ type Op =
   | 'release'
   | 'window'
   | 'publish'
-  | 'publish-burst';
+  | 'publish-burst'
+  | 'get-lock'
+  | 'get-counter';
 type PipelinedOp = Exclude<Op, 'lock-split' | 'lock-interactive'>;
 const OPS: ReadonlyArray<readonly [number, Op]> = [
   [22, 'set'],
@@ -86,6 +95,8 @@ const OPS: ReadonlyArray<readonly [number, Op]> = [
   [4, 'window'],
   [8, 'publish'],
 ];
+/** A RESP3 client's mix: reads of its lock key and counters too, so that Redis tracks them. */
+const RESP3_OPS: ReadonlyArray<readonly [number, Op]> = [...OPS, [4, 'get-lock'], [4, 'get-counter']];
 
 /** The pause before each piece of a split lock block after the first, in ms (0: the next turn). */
 function piecePause(rng: Rng): number {
@@ -118,12 +129,17 @@ export class ClientWorkload {
   private readonly present: boolean[] = new Array<boolean>(KEYS).fill(false);
   private nextVersion = 1;
   private readonly counters: bigint[] = new Array<bigint>(KEYS).fill(0n);
+  /** Each counter key exists (it was incremented once). */
+  private readonly counted: boolean[] = new Array<boolean>(KEYS).fill(false);
   private lockCounter = 0;
   /** Each windowed counter's value now. */
   private readonly windows: number[] = new Array<number>(KEYS).fill(0);
   private messages = 0;
   /** What was sent, by kind (for the report). */
   readonly sent = new Map<Op, number>();
+  /** A null reply: RESP3's, or RESP2's null bulk string. */
+  private readonly nil: string;
+  private readonly ops: ReadonlyArray<readonly [number, Op]>;
 
   constructor(
     readonly client: number,
@@ -132,6 +148,8 @@ export class ClientWorkload {
   ) {
     this.tag = clientTag(client);
     this.lockKey = lockKeyFor(client);
+    this.nil = options.resp3 === true ? '_\r\n' : '$-1\r\n';
+    this.ops = options.resp3 === true ? RESP3_OPS : OPS;
     for (let key = 0; key < KEYS; key++) this.values.push({ client, key, version: 0, length: 0 });
   }
 
@@ -170,7 +188,7 @@ export class ClientWorkload {
       segments = [];
     };
     for (let i = 0; i < count; i++) {
-      let op = rng.weighted(OPS);
+      let op = rng.weighted(this.ops);
       if (op === 'publish' && this.options.subscriber === null) op = 'get';
       this.sent.set(op, (this.sent.get(op) ?? 0) + 1);
       if (op === 'lock-split' || op === 'lock-interactive') {
@@ -207,6 +225,7 @@ export class ClientWorkload {
       case 'incrby': {
         const by = BigInt(rng.int(-1000, 1000));
         this.counters[k] += by;
+        this.counted[k] = true;
         frames.push(cmd('INCRBY', this.counterKey(k), String(by)));
         segments.push(...line(`:${this.counters[k]}\r\n`, `INCRBY ${this.counterKey(k)} ${by}`));
         return;
@@ -237,7 +256,7 @@ export class ClientWorkload {
         return;
       case 'window': {
         // A rate limit's shape: no rule names the key, so the block runs as sent and its expiry is set every time.
-        const key = `${this.tag}:window:${k}`;
+        const key = this.windowKey(k);
         this.windows[k]++;
         frames.push(lockAttempt(key, WINDOW_SECONDS));
         segments.push(
@@ -247,7 +266,26 @@ export class ClientWorkload {
       }
       case 'publish':
         return this.publish(frames, segments);
+      case 'get-lock':
+        frames.push(cmd('GET', this.lockKey));
+        segments.push(...this.textBulk(this.lockCounter > 0 ? String(this.lockCounter) : null, `GET lock ${this.lockKey.toString('hex')}`));
+        return;
+      case 'get-counter': {
+        const windowed = rng.chance(0.5);
+        const key = windowed ? this.windowKey(k) : this.counterKey(k);
+        const value = windowed ? (this.windows[k] > 0 ? String(this.windows[k]) : null) : this.counted[k] ? String(this.counters[k]) : null;
+        frames.push(cmd('GET', key));
+        segments.push(...this.textBulk(value, `GET ${key}`));
+        return;
+      }
     }
+  }
+
+  /** Every key the client may touch: its values, counters, windowed counters and lock key. */
+  ownKeys(): Buffer[] {
+    const keys = [this.lockKey];
+    for (let k = 0; k < KEYS; k++) keys.push(...[this.valueKey(k), this.counterKey(k), this.windowKey(k)].map((key) => Buffer.from(key)));
+    return keys;
   }
 
   /**
@@ -305,6 +343,7 @@ export class ClientWorkload {
         inside.push(...line('+OK\r\n', `SET ${this.valueKey(k)} in MULTI`));
       } else if (kind === 'incrby') {
         this.counters[k] += 1n;
+        this.counted[k] = true;
         frames.push(cmd('INCRBY', this.counterKey(k), '1'));
         inside.push(...line(`:${this.counters[k]}\r\n`, `INCRBY ${this.counterKey(k)} in MULTI`));
       } else {
@@ -355,7 +394,7 @@ export class ClientWorkload {
 
   /** A bulk reply of `length` bytes of key `k`'s value from `from` (-1: a nil). */
   private bulkOf(k: number, from: number, length: number, what: string): Segment[] {
-    if (length < 0) return line('$-1\r\n', what);
+    if (length < 0) return line(this.nil, what);
     if (length === 0) return line('$0\r\n\r\n', what);
     return [
       ...notEnding(line(`$${length}\r\n`, what)),
@@ -364,12 +403,21 @@ export class ClientWorkload {
     ];
   }
 
+  /** A bulk reply of `text` (null: a nil). */
+  private textBulk(text: string | null, what: string): Segment[] {
+    return line(text === null ? this.nil : `$${text.length}\r\n${text}\r\n`, what);
+  }
+
   private valueKey(k: number): string {
     return `s:${this.tag}:v${k}`;
   }
 
   private counterKey(k: number): string {
     return `s:${this.tag}:n${k}`;
+  }
+
+  private windowKey(k: number): string {
+    return `${this.tag}:window:${k}`;
   }
 }
 
