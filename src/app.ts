@@ -395,7 +395,7 @@ async function lockMethodAtStart(config: Config, upstream: UpstreamConnector, me
   if (config.lockMethod === 'script') return chooseMethod('script', null, upstream.describe());
   const answer = await askHello(upstream, HELLO, Math.min(config.connectTimeoutMs, 1500));
   const version = answer === null ? null : methodFromHello(answer.reply);
-  if (answer !== null && version?.method && methods.learnt(answer.address, version.method, version.detail)) {
+  if (answer !== null && version?.method && methods.learnt(answer.address, version.method, version.detail, version.hasReset)) {
     log.debug(
       { upstream: answer.address, server: version.detail, method: version.method, asked: 'start' },
       'lock method chosen from the server version',

@@ -19,7 +19,7 @@ describe('methodFromHello', () => {
       ['redis', '10.0.0'],
       ['valkey', '8.1.1'],
     ]) {
-      expect(methodFromHello(hello(server, version))).toEqual({ method: 'transaction', detail: `${server} ${version}` });
+      expect(methodFromHello(hello(server, version))).toEqual({ method: 'transaction', detail: `${server} ${version}`, hasReset: true });
     }
   });
 
@@ -33,10 +33,13 @@ describe('methodFromHello', () => {
     ]) {
       expect(methodFromHello(reply).method, reply.toString()).toBe('script');
     }
+    // HELLO without arguments is an error before 6.2, as RESET (of the same release) is unknown.
     expect(methodFromHello(Buffer.from("-ERR unknown command 'HELLO'\r\n"))).toEqual({
       method: 'script',
       detail: "ERR unknown command 'HELLO'",
+      hasReset: false,
     });
+    expect(methodFromHello(hello('redis', '6.2.14')).hasReset).toBe(true);
   });
 
   it('not authenticated yet: no answer, ask again', () => {

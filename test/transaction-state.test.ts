@@ -68,8 +68,21 @@ describe('TransactionState', () => {
 
   it('keeps the WATCH on an EXEC or DISCARD without MULTI (Redis refuses them)', () => {
     const tx = new TransactionState();
-    feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('EXEC'), cmd('DISCARD')]));
+    feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('EXEC'), cmd('DISCARD'), cmd('DISCARD', 'x')]));
     expect([tx.watching, tx.closed, tx.canStartBlock]).toEqual([true, false, false]);
+  });
+
+  it('unwatches on an EXEC refused for its arity outside MULTI (rejectCommand aborts, unwatching)', () => {
+    const tx = new TransactionState();
+    feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('EXEC', 'x')]));
+    expect([tx.watching, tx.inMulti, tx.canStartBlock]).toEqual([false, false, true]);
+  });
+
+  it('takes RESET for an unknown command where the server has none (before 6.2): nothing ends', () => {
+    const tx = new TransactionState();
+    tx.resetKnown = false;
+    feed(tx, Buffer.concat([cmd('WATCH', 'k'), cmd('RESET'), cmd('MULTI'), cmd('RESET')]));
+    expect([tx.inMulti, tx.watching, tx.closed, tx.queued]).toEqual([true, true, false, 0]);
   });
 
   it('says what the last frame did, for that frame only', () => {

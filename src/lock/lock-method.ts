@@ -43,6 +43,11 @@ export interface ServerVersion {
   readonly method: LockMethod | null;
   /** What the server said: `redis 7.0.15`, or its error. */
   readonly detail: string;
+  /**
+   * Whether the server has RESET (Redis 6.2 and later, Valkey): HELLO without arguments, of the
+   * same release, answers there, and is an error before; null when it cannot tell (NOAUTH).
+   */
+  readonly hasReset?: boolean | null;
 }
 
 /** Reads HELLO's reply (a RESP2 array of pairs or a RESP3 map; one complete frame). */
@@ -50,8 +55,8 @@ export function methodFromHello(reply: Buffer): ServerVersion {
   if (reply[0] === 0x2d /* - */) {
     const error = reply.toString('latin1', 1, Math.min(reply.length, 200)).replace(/\r\n$/, '');
     // Not authenticated yet: the block will be refused with NOAUTH anyway; ask again next time.
-    if (error.startsWith('NOAUTH')) return { method: null, detail: error };
-    return { method: 'script', detail: error };
+    if (error.startsWith('NOAUTH')) return { method: null, detail: error, hasReset: null };
+    return { method: 'script', detail: error, hasReset: false };
   }
   let server = '';
   let version = '';
@@ -65,7 +70,7 @@ export function methodFromHello(reply: Buffer): ServerVersion {
   }
   const major = /^(\d+)\./.exec(version)?.[1];
   const detail = `${server || 'unknown server'} ${version || 'unknown version'}`;
-  return { method: major !== undefined && Number(major) >= NX_SINCE_MAJOR ? 'transaction' : 'script', detail };
+  return { method: major !== undefined && Number(major) >= NX_SINCE_MAJOR ? 'transaction' : 'script', detail, hasReset: true };
 }
 
 /** The method each upstream address was last found to need (auto). */
@@ -75,6 +80,8 @@ export class ServerMethods {
   private readonly asking = new Set<string>();
   /** What each server said it is (`redis 7.0.15`), for /rules. */
   private readonly servers = new Map<string, string>();
+  /** Addresses whose server has no RESET (before Redis 6.2): a client's RESET there is an unknown command. */
+  private readonly withoutReset = new Set<string>();
   /** Addresses whose server lacks what --lock-method transaction needs, said once each. */
   private readonly mismatchSaid = new Set<string>();
   /** Addresses whose question ahead was refused (no credentials of the proxy's own): the client connections ask. */
@@ -84,12 +91,19 @@ export class ServerMethods {
     return this.byAddress.get(address) ?? null;
   }
 
-  /** What a connection to `address` found (`server`: what it said it is); true when it was not known yet. */
-  learnt(address: string, method: LockMethod, server?: string): boolean {
+  /** What a connection to `address` found (what the server said, and whether it has RESET); true when it was not known yet. */
+  learnt(address: string, method: LockMethod, server?: string, hasReset?: boolean | null): boolean {
     const known = this.byAddress.get(address);
     this.byAddress.set(address, method);
     if (server !== undefined) this.servers.set(address, server);
+    if (hasReset === false) this.withoutReset.add(address);
+    else if (hasReset === true) this.withoutReset.delete(address);
     return known === undefined;
+  }
+
+  /** Whether the server at `address` is known to have no RESET (before Redis 6.2). */
+  lacksReset(address: string): boolean {
+    return this.withoutReset.has(address);
   }
 
   /** Each upstream address known, its way and what its server said it is: for /rules. */
@@ -116,7 +130,7 @@ export class ServerMethods {
       this.asking.delete(address);
       if (version === null) return;
       if (version.method === null) this.refused.add(address);
-      else if (this.learnt(address, version.method, version.detail)) found(version);
+      else if (this.learnt(address, version.method, version.detail, version.hasReset)) found(version);
     };
     void ask().then(settle, () => settle(null));
   }
@@ -125,6 +139,7 @@ export class ServerMethods {
   forget(address: string): void {
     this.byAddress.delete(address);
     this.servers.delete(address);
+    this.withoutReset.delete(address);
     this.refused.delete(address);
     this.mismatchSaid.delete(address);
   }

@@ -282,7 +282,7 @@ export class RequestFlow implements LockBlockPort {
           this.forwardFrame(null);
         }
         this.quitting = scanner.cmd === Cmd.Quit && !blocks.holding && !this.piping;
-        if (scanner.cmd === Cmd.Reset && scanner.argc === 1 && (event & END) !== 0 && !blocks.holding && !this.piping) {
+        if (scanner.cmd === Cmd.Reset && scanner.argc === 1 && (event & END) !== 0 && !blocks.holding && !this.piping && this.hasReset()) {
           // RESET logs the connection out and selects db 0: apply the URL's AUTH/SELECT again, after it.
           this.port.writeUpstream(chunk.subarray(from, pos));
           from = pos;
@@ -484,6 +484,15 @@ export class RequestFlow implements LockBlockPort {
     return from;
   }
 
+  /**
+   * Whether RESET is a command of this connection's server: not before Redis 6.2, where it is an
+   * unknown command that changes nothing (no transaction ended, no pipe, no AUTH/SELECT after it).
+   * Unknown servers are taken to have it.
+   */
+  private hasReset(): boolean {
+    return !this.ctx.serverMethods.lacksReset(this.port.upstreamAddress);
+  }
+
   /** Asks the server's version on the connection, right before a MULTI. */
   private askVersion(): void {
     this.versionAsked = true;
@@ -509,7 +518,7 @@ export class RequestFlow implements LockBlockPort {
     if (version.method !== null) {
       this.learnt = version.method;
       // Logged by whoever learns it first: this connection, or the question asked ahead.
-      if (this.ctx.serverMethods.learnt(this.port.upstreamAddress, version.method, version.detail)) {
+      if (this.ctx.serverMethods.learnt(this.port.upstreamAddress, version.method, version.detail, version.hasReset)) {
         this.port.log.debug({ server: version.detail, method: version.method }, 'lock method chosen from the server version');
       }
     } else {
@@ -554,6 +563,7 @@ export class RequestFlow implements LockBlockPort {
    */
   private forwardFrame(outcome: PairOutcome | null): void {
     const tx = this.tx;
+    if (this.scanner.cmd === Cmd.Reset) tx.resetKnown = this.hasReset();
     const meaning = tx.frame(this.scanner);
     if (meaning === FrameMeaning.NoReply) return;
     if (meaning === FrameMeaning.Untrackable || meaning === FrameMeaning.Replication) {
@@ -639,7 +649,7 @@ export class RequestFlow implements LockBlockPort {
         break;
       }
       // A one-argument frame reports its head and end at once.
-      if ((event & END) === 0 || (event & HEAD) === 0 || scanner.cmd !== Cmd.Reset || scanner.argc !== 1) continue;
+      if ((event & END) === 0 || (event & HEAD) === 0 || scanner.cmd !== Cmd.Reset || scanner.argc !== 1 || !this.hasReset()) continue;
       this.port.writeUpstream(chunk.subarray(from, pos));
       this.resetFromPipe();
       if (pos < chunk.length) this.port.stall(chunk.subarray(pos));

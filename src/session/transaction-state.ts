@@ -39,6 +39,8 @@ export class TransactionState {
   watching = false;
   /** The last command forwarded was ASKING, which lasts one command. */
   afterAsking = false;
+  /** The server has RESET (false before Redis 6.2, where RESET is an unknown command and changes nothing). */
+  resetKnown = true;
 
   // What the last frame did (valid until the next frame).
   /** It opened a transaction. */
@@ -91,7 +93,7 @@ export class TransactionState {
         if (argc === 1 && !this.inMulti) this.watching = false;
         break;
       case Cmd.Reset:
-        if (argc === 1) this.close();
+        if (argc === 1 && this.resetKnown) this.close();
         break;
     }
     if (queued) this.queuedIndex = this.queued++;

@@ -4,7 +4,8 @@
  * connection became a plain pipe (the upstream URL's AUTH and SELECT must follow it, whatever
  * made it a pipe), and a transaction that Redis ends although its EXEC was refused. Each case
  * against the same server's own replies; the RESET cases are skipped, with the reason, where the
- * server has no RESET (before Redis 6.2).
+ * server has no RESET (before Redis 6.2), and the cases of a RESET that is an unknown command
+ * where it has one.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
@@ -60,6 +61,82 @@ describe('a command Redis never answers', () => {
       expect(direct).toBe(attemptReplies(1, 1) + '+PONG\r\n$-1\r\n');
       expect(proxied).toBe(direct);
     }
+  });
+});
+
+describe('RESET where the server has none (before Redis 6.2): an unknown command, and the connection goes on', () => {
+  let withDb: TestProxy | undefined;
+
+  beforeAll(async () => {
+    if (facts.has('reset')) return;
+    await setUser('app');
+    withDb = await startTestProxy({ upstream: `redis://app:secret@127.0.0.1:${env.redis.port}/3` });
+  });
+
+  afterAll(async () => {
+    await withDb?.close();
+    if (!facts.has('reset')) await call('ACL', 'DELUSER', 'app');
+  });
+
+  /** `bytes` directly (as the URL's user, in its db) and through the proxy: `replies` replies each, within 5 s. */
+  async function bothWays(bytes: Buffer, replies: number): Promise<{ direct: string; proxied: string }> {
+    const url = Buffer.concat([cmd('AUTH', 'app', 'secret'), cmd('SELECT', '3')]);
+    const direct = (await exchange(env.redis.port, Buffer.concat([url, bytes]), replies + 2)).slice('+OK\r\n+OK\r\n'.length);
+    await call('FLUSHALL');
+    const proxied = await exchange((withDb as TestProxy).port, bytes, replies);
+    return { direct, proxied };
+  }
+
+  it('after CLIENT REPLY OFF: its refusal unsent, as directly, and the next replies at once', async (ctx) => {
+    ctx.skip(facts.has('reset'), 'this server has RESET');
+    const bytes = Buffer.concat([cmd('CLIENT', 'REPLY', 'OFF'), cmd('RESET'), cmd('CLIENT', 'REPLY', 'ON'), cmd('PING')]);
+    const { direct, proxied } = await bothWays(bytes, 2);
+    expect(direct).toBe('+OK\r\n+PONG\r\n');
+    expect(proxied).toBe(direct);
+  });
+
+  it('subscribed: refused as Redis refuses it there, and the connection stays subscribed, in its own db', async (ctx) => {
+    ctx.skip(facts.has('reset'), 'this server has RESET');
+    const bytes = Buffer.concat([
+      cmd('SUBSCRIBE', 'ch'),
+      cmd('RESET'),
+      cmd('PING'),
+      cmd('UNSUBSCRIBE', 'ch'),
+      cmd('SET', 'no-reset:sub', 'v'),
+    ]);
+    const { direct, proxied } = await bothWays(bytes, 5);
+    expect(proxied).toBe(direct);
+    expect(direct).toMatch(/^\*3\r\n\$9\r\nsubscribe\r\n.*-ERR .*\r\n/s);
+    expect(await call('SELECT', '3')).toBe('+OK\r\n');
+    expect(await call('EXISTS', 'no-reset:sub')).toBe(':1\r\n');
+    expect(await call('SELECT', '0')).toBe('+OK\r\n');
+  });
+
+  it("the client's SELECT stands after it (no SELECT of the URL's db), and a transaction it is sent in is Redis's", async (ctx) => {
+    ctx.skip(facts.has('reset'), 'this server has RESET');
+    const bytes = Buffer.concat([
+      cmd('SELECT', '2'),
+      cmd('RESET'),
+      cmd('SET', 'no-reset:db', 'v'),
+      cmd('MULTI'),
+      cmd('RESET'),
+      cmd('EXEC'),
+    ]);
+    const { direct, proxied } = await bothWays(bytes, 6);
+    expect(proxied).toBe(direct);
+    expect(direct).toMatch(/-EXECABORT [^\r]*\r\n$/);
+    expect(await call('SELECT', '2')).toBe('+OK\r\n');
+    expect(await call('EXISTS', 'no-reset:db')).toBe(':1\r\n');
+    expect(await call('SELECT', '0')).toBe('+OK\r\n');
+    // Lock blocks after it are fixed: the connection was never a pipe.
+    const key = taskLockKey(62n);
+    const client = await RawClient.connect((withDb as TestProxy).port);
+    client.write(Buffer.concat([cmd('RESET'), lockAttempt(key, 3600)]));
+    await client.readReplies(5);
+    client.write(Buffer.concat([cmd('PEXPIRE', key, '5000'), lockAttempt(key, 3600)]));
+    expect((await client.readReplies(5)).toString('latin1')).toBe(':1\r\n' + attemptReplies(2, 1));
+    await expectLeaseKept(client, key);
+    await client.close();
   });
 });
 
