@@ -36,6 +36,7 @@ import type { LockBlockRef } from '../lock/block-flow.js';
 import type { ExpiryRestore } from '../lock/exec-reply.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
 import { ErrorLines, type LineWatch } from './error-lines.js';
+import { SilenceBound } from './silence-bound.js';
 import type { ResetMarker } from './reset-marker.js';
 
 /**
@@ -119,11 +120,8 @@ export class ReplyStream {
   /** Chunks from Redis that arrived after a line that waits (ErrorLines.waiting), in order. */
   private behindLine: Buffer[] | null = null;
   private bytesBehindLine = 0;
-  /** The mark whose reply is due and timed now, its timer, and when it started. */
-  private clocked: Mark | null = null;
-  private clock: NodeJS.Timeout | undefined;
-  /** When Redis last sent something, or the clock started: the silence the bound measures. */
-  private clockStarted = 0;
+  /** The bound on the reply of the proxy's own due now (silence-bound.ts). */
+  private readonly bound: SilenceBound<Mark>;
   /** The proxy does not read from Redis for now (readsPaused): no bound runs. */
   private paused = false;
 
@@ -134,8 +132,13 @@ export class ReplyStream {
   constructor(
     private readonly port: ReplyStreamPort,
     private readonly redirects: LineWatch | null,
-    private readonly ownReplyTimeoutMs: number,
+    ownReplyTimeoutMs: number,
   ) {
+    this.bound = new SilenceBound<Mark>(ownReplyTimeoutMs, {
+      late: (mark, waitedMs) =>
+        port.ownReplyLate(mark.kind === 'marker' ? 'the RESET marker' : 'a reply to a command of its own', waitedMs),
+      fault: (error) => port.fault(error),
+    });
     this.redirectScan = redirects !== null;
     this.scanner.trackErrors = redirects !== null;
     this.lines = new ErrorLines(this.scanner, (bytes) => port.writeClient(bytes), {
@@ -189,7 +192,7 @@ export class ReplyStream {
   readsPaused(paused: boolean): void {
     if (paused === this.paused) return;
     this.paused = paused;
-    if (paused) this.stopClock();
+    if (paused) this.bound.stop();
     else this.clockOwnReply();
   }
 
@@ -256,13 +259,13 @@ export class ReplyStream {
 
   /** The connection is closed: no bound runs any more. */
   stop(): void {
-    this.stopClock();
+    this.bound.stop();
   }
 
   /** One chunk from Redis. */
   process(chunk: Buffer): void {
     // Redis is not silent: a bound that runs counts from here.
-    if (this.clocked !== null) this.clockStarted = performance.now();
+    this.bound.heard();
     if (this.behindLine !== null) return this.waitBehindLine(chunk);
     const scanner = this.scanner;
     scanner.newChunk();
@@ -457,40 +460,7 @@ export class ReplyStream {
   private clockOwnReply(): void {
     const head = this.marks[0];
     const timed = head !== undefined && (head.kind === 'marker' || (head.kind === 'capture' && head.timed));
-    const due = timed && !this.passing && !this.paused && (this.outstanding === 0 || head.kind === 'marker') ? head : null;
-    if (due === this.clocked) return;
-    this.stopClock();
-    if (due === null) return;
-    this.clocked = due;
-    this.clockStarted = performance.now();
-    this.armClock(this.ownReplyTimeoutMs);
-  }
-
-  /**
-   * When the timer fires, the bound has passed only if Redis has been silent for all of it: bytes
-   * that came meanwhile moved `clockStarted`, and the timer waits for the rest. (Node also counts
-   * a timer from the event loop's time at the start of the current iteration, so it may fire a
-   * little early.) A reply is never given up on before a whole bound of silence.
-   */
-  private armClock(ms: number): void {
-    this.clock = setTimeout(() => {
-      const waited = performance.now() - this.clockStarted;
-      if (waited < this.ownReplyTimeoutMs) return this.armClock(Math.ceil(this.ownReplyTimeoutMs - waited));
-      this.clock = undefined;
-      const what = this.clocked?.kind === 'marker' ? 'the RESET marker' : 'a reply to a command of its own';
-      try {
-        this.port.ownReplyLate(what, Math.round(waited));
-      } catch (error) {
-        this.port.fault(error);
-      }
-    }, ms);
-    this.clock.unref();
-  }
-
-  private stopClock(): void {
-    clearTimeout(this.clock);
-    this.clock = undefined;
-    this.clocked = null;
+    this.bound.time(timed && !this.passing && !this.paused && (this.outstanding === 0 || head.kind === 'marker') ? head : null);
   }
 
   /** More replies than requests: something the proxy did not account for. */
