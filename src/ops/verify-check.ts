@@ -12,7 +12,7 @@ import type { Rule, RuleSet } from '../rules/types.js';
 import { isReplyError, reportingOptions } from '../upstream/redis-client.js';
 import { connectionFault, describeError, notRespHint, speaksResp } from './command.js';
 import type { SlotRanges } from '../cluster/topology.js';
-import { servedSlots, unusedScratchKey } from './verify-scratch.js';
+import { probe, ProbeRefused, servedSlots, unusedScratchKey } from './verify-scratch.js';
 
 /** The first attempt's expiry, and the lowered TTL a second attempt must not push forward. */
 const FIRST_EXPIRE_SECONDS = 60;
@@ -181,7 +181,7 @@ async function withConnection(
 
 /** Why a rule's check failed: the rule's own failure, or what went wrong with the connection or command. */
 function failureMessage(error: unknown, lastError: Error | undefined, viaText: string): string {
-  if (error instanceof RuleFailure) return error.message;
+  if (error instanceof RuleFailure || error instanceof ProbeRefused) return error.message;
   const fault = connectionFault(error, lastError);
   if (fault !== undefined) {
     const reason = describeError(fault);
@@ -218,12 +218,12 @@ async function verifyRule(
           `${first.expirySet} (expected 1 and 1)`,
       );
     }
-    const lowered = await redis.pexpire(key, LOWERED_PTTL_MS);
+    const lowered = await probe('PEXPIRE', redis.pexpire(key, LOWERED_PTTL_MS));
     if (lowered !== 1) {
       throw new RuleFailure(rule.name, `PEXPIRE on scratch key ${shown} returned ${lowered} (expected 1)`);
     }
     const second = await lockAttempt(redis, key);
-    const pttl = await redis.pttl(key);
+    const pttl = await probe('PTTL', redis.pttl(key));
     verbose(`rule ${rule.name}: attempt 2: counter ${second.counter}, expiry reply ${second.expirySet}, pttl ${pttl} ms`);
     // The reply is `1` either way (the proxy gives the client what Redis alone answers): only the
     // expiry left in Redis tells whether the second attempt re-armed it.

@@ -40,6 +40,30 @@ export async function servedSlots(redis: Redis, verbose: (line: string) => void)
   return served;
 }
 
+/** What verify's own probe runs on a scratch key, beside the lock block's commands: what a --user needs for it. */
+export const PROBE_ACL = '+exists +pexpire +pttl +del';
+
+/**
+ * A command of verify's own (not the lock block's) that Redis refused, the user lacking it: the
+ * probe failed, not the rule, and the message says so and what the user needs.
+ */
+export class ProbeRefused extends Error {}
+
+/** `run`, a command of verify's own probe named `command`; Redis's refusal of it becomes a ProbeRefused. */
+export async function probe<T>(command: string, run: Promise<T>): Promise<T> {
+  try {
+    return await run;
+  } catch (error) {
+    // An ACL refusal only: NOAUTH, WRONGPASS and the proxy's own errors say what they say.
+    if (!isReplyError(error) || !/^NOPERM\b/.test((error as Error).message)) throw error;
+    throw new ProbeRefused(
+      `verify's own probe failed, not the rule: ${command} on its scratch key was refused (${(error as Error).message}). ` +
+        `A --user needs, for verify itself, ${PROBE_ACL} besides the lock block's commands`,
+      { cause: error },
+    );
+  }
+}
+
 /** A scratch key for `rule` that does not exist yet (and, in a cluster, that the node serves). */
 export async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule, slots: SlotRanges | null): Promise<Buffer> {
   if (slots !== null && slots.length === 0) {
@@ -62,7 +86,7 @@ export async function unusedScratchKey(redis: Redis, rules: RuleSet, rule: Rule,
       const slot = Number(await redis.call('CLUSTER', 'KEYSLOT', key));
       if (!servesSlot(slots, slot)) continue;
     }
-    if ((await redis.exists(key)) === 0) return key;
+    if ((await probe('EXISTS', redis.exists(key))) === 0) return key;
   }
   throw new RuleFailure(
     rule.name,

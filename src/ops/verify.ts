@@ -39,6 +39,7 @@ import { newVerifyNonce, verifyClientName } from '../verify-connection.js';
 import { adminAddress, askProxyRules, confirmSameProxy, type ProxyRules } from './proxy-rules.js';
 import { checkAnswers, verifyRules, type ProxyEndpoint } from './verify-check.js';
 import { selectRules, type RuleSelection } from './verify-rules.js';
+import { PROBE_ACL } from './verify-scratch.js';
 
 export const VERIFY_USAGE = `Usage: redis-lock-proxy verify --via HOST:PORT [options]
 
@@ -68,7 +69,9 @@ Options:
                         [REDIS_LOCK_PROXY_STALWART]
   --timeout-ms N        give up after N ms in all (default 5000)
   --user NAME           AUTH user, if the Redis behind the proxy wants one from
-                        the client [REDIS_LOCK_PROXY_VERIFY_USER]
+                        the client [REDIS_LOCK_PROXY_VERIFY_USER]; it needs the
+                        lock block's commands and, for verify's own probe,
+                        ${PROBE_ACL}
   --password PASSWORD   AUTH password [REDIS_LOCK_PROXY_VERIFY_PASSWORD]
   --verbose             print each step
   -h, --help            show this help

@@ -25,6 +25,7 @@ import { deleteUnchanged } from '../../src/lock-keys/delete.js';
 import { scanNodes } from '../../src/lock-keys/pass.js';
 import { globPatternFor } from '../../src/lock-keys/scan.js';
 import { run as verify } from '../../src/ops/verify.js';
+import { PROBE_ACL } from '../../src/ops/verify-scratch.js';
 import { loadRules } from '../../src/rules/loader.js';
 import { parseUpstreamUrl } from '../../src/upstream/target.js';
 import { STALWART_RULES, startTestProxy, TEST_RULES, type TestProxy } from '../support/proxy.js';
@@ -34,6 +35,8 @@ import { freePort } from '../support/ports.js';
 import { attemptCounter, queueLockKey, taskLockKey } from '../support/stalwart.js';
 import { runOp } from '../support/ops.js';
 import { RELEASE_LINES } from '../support/stalwart-releases.js';
+import { RawClient } from '../support/resp.js';
+import { serverFacts } from '../support/server-facts.js';
 
 const env = redisAndProxy();
 let tmp: string;
@@ -336,6 +339,27 @@ describe('verify', () => {
         /^verify: FAILED: rule stalwart-purge-account: connection to 127\.0\.0\.1:\d+ failed: WRONGPASS .*--password/,
       );
       expect(await runOp(verify, ['--via', via, '--user', 'someone'])).toMatchObject({ code: 2 });
+    });
+
+    it("--user with the lock block's commands only: verify's own probe fails, said as such; with the probe's commands it passes", async () => {
+      const via = `127.0.0.1:${securedProxy.port}`;
+      const admin = await RawClient.connect(secured.port);
+      try {
+        expect(await admin.call('AUTH', 's3cret')).toBe('+OK\r\n');
+        // The README's least-privilege rules for this server's line.
+        const block = ['+multi', '+exec', '+incr', '+incrby', '+expire', '+pexpire'];
+        if (!(await serverFacts(admin)).has('expire-nx')) block.push('+eval', '+evalsha', '+pttl', '+get');
+        expect(await admin.call('ACL', 'SETUSER', 'lean', 'on', '>pw', '~*', ...block)).toBe('+OK\r\n');
+        expect(await admin.call('ACL', 'SETUSER', 'probed', 'on', '>pw', '~*', ...block, ...PROBE_ACL.split(' '))).toBe('+OK\r\n');
+      } finally {
+        await admin.close();
+      }
+      const lean = await runOp(verify, ['--via', via, '--user', 'lean', '--password', 'pw']);
+      expect(lean.code).toBe(1);
+      expect(lean.stderr).toMatch(/verify's own probe failed, not the rule: EXISTS on its scratch key was refused \(NOPERM/);
+      expect(lean.stderr).toContain(PROBE_ACL);
+      const probed = await runOp(verify, ['--via', via, '--user', 'probed', '--password', 'pw']);
+      expect([probed.code, probed.stderr]).toEqual([0, '']);
     });
   });
 });
