@@ -11,7 +11,7 @@
  *   releases the block at once, not at the hold deadline.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestProxy, versionAskedAhead, type TestProxy } from '../support/proxy.js';
+import { startTestProxy, startTransactionProxy, versionAskedAhead, type TestProxy } from '../support/proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { serverFacts } from '../support/server-facts.js';
@@ -34,8 +34,8 @@ let proxyQuiet: TestProxy;
 let proxyLocked: TestProxy;
 /** The script way, which holds a MULTI until its block matches or cannot. */
 let proxyScript: TestProxy;
-/** The transaction way, which holds nothing (on a server with EXPIRE ... NX). */
-let proxyStreaming: TestProxy;
+/** The transaction way, which holds nothing (on a server with EXPIRE ... NX; none before 7.0). */
+let proxyStreaming: TestProxy | undefined;
 let admin: RawClient;
 let quietAdmin: RawClient;
 
@@ -49,7 +49,7 @@ beforeAll(async () => {
   ]);
   [proxyScript, proxyStreaming] = await Promise.all([
     startTestProxy({ upstream: quiet.url, holdMs: HOLD_MS, lockMethod: 'script' }),
-    startTestProxy({ upstream: open.url, holdMs: HOLD_MS, lockMethod: 'transaction' }),
+    startTransactionProxy({ upstream: open.url, holdMs: HOLD_MS }),
   ]);
   [admin, quietAdmin] = await Promise.all([RawClient.connect(open.port), RawClient.connect(quiet.port)]);
   // What Redis reads is counted below: the version asked ahead is asked before.
@@ -172,16 +172,17 @@ describe('a lock block on the transaction way: nothing held', () => {
   it('MULTI and the increment are answered as they come; only an expiry frame not yet whole waits, as in Redis', async (test) => {
     test.skip(...(await serverFacts(admin)).skipUnless('expire-nx'));
     await admin.call('SET', 'lock:t', '1', 'EX', '100');
-    const client = await RawClient.connect(proxyStreaming.port);
+    const streaming = proxyStreaming as TestProxy;
+    const client = await RawClient.connect(streaming.port);
     try {
-      const rewritten = proxyStreaming.stats.blocksRewritten;
+      const rewritten = streaming.stats.blocksRewritten;
       client.write(cmd('MULTI'));
       expect((await client.readReplies(1, REPLY_TIMEOUT_MS)).toString()).toBe('+OK\r\n');
       client.write(Buffer.concat([cmd('INCRBY', 'lock:t', '1'), Buffer.from('*3\r\n$6\r\nEXPIRE\r\n$6\r\nlock:t\r\n$2\r\n6')]));
       expect((await client.readReplies(1, REPLY_TIMEOUT_MS)).toString()).toBe('+QUEUED\r\n');
       client.write(Buffer.concat([Buffer.from('0\r\n'), cmd('EXEC')]));
       expect((await client.readReplies(2, REPLY_TIMEOUT_MS)).toString()).toBe('+QUEUED\r\n*2\r\n:2\r\n:1\r\n');
-      expect(proxyStreaming.stats.blocksRewritten).toBe(rewritten + 1);
+      expect(streaming.stats.blocksRewritten).toBe(rewritten + 1);
       expect(Math.round((await admin.pttl('lock:t')) / 1000)).toBe(100); // not re-armed
     } finally {
       client.destroy();
