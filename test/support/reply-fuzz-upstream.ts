@@ -3,6 +3,7 @@
  * command on a connection decides what it is:
  * - `CLIENT SETNAME bystander-...`: a bystander, relayed byte for byte to a real Redis, so that
  *   its replies are Redis's own and can be checked exactly;
+ * - `HELLO` without arguments: the proxy's own question of the server's version, relayed too;
  * - anything else: a fuzz connection, whose requests are answered by a ReplyPlanner seeded from
  *   the case number in its `CLIENT SETNAME fuzz-<n>` (a run's seed repeats each case's replies;
  *   only timing differs), delivered whole or split at random bytes with small pauses.
@@ -100,6 +101,13 @@ export async function startFuzzUpstream(opts: FuzzUpstreamOptions): Promise<Fuzz
       socket.off('data', onFirstBytes);
       const [command, sub, name] = first.args.map((a) => a.toString('latin1'));
       const isSetName = command?.toUpperCase() === 'CLIENT' && sub?.toUpperCase() === 'SETNAME';
+      // HELLO without arguments is the proxy's own question of the server's version (at its start,
+      // and ahead of connections): it gets the real server's answer, as a start refused on a
+      // mis-framed answer would stop the run before it began.
+      if (command?.toUpperCase() === 'HELLO' && first.args.length === 1) {
+        relay(socket, head, opts, track);
+        return;
+      }
       if (isSetName && BYSTANDER.test(name ?? '')) {
         counts.bystanderConnections++;
         relay(socket, head, opts, track);
