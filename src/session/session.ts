@@ -122,19 +122,10 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.startSetup();
     if (ctx.idleTimeoutMs > 0) {
       client.setTimeout(ctx.idleTimeoutMs);
-      client.on(
-        'timeout',
-        this.guarded(() => this.onIdle()),
-      );
+      this.listen(client, 'timeout', () => this.onIdle());
     }
-    client.on(
-      'data',
-      this.guarded((chunk: Buffer) => this.onClientData(chunk)),
-    );
-    client.on(
-      'end',
-      this.guarded(() => this.onClientEnd()),
-    );
+    this.listen(client, 'data', (chunk: Buffer) => this.onClientData(chunk));
+    this.listen(client, 'end', () => this.onClientEnd());
     client.on('error', (err) => {
       if (ctx.log.isLevelEnabled('debug')) this.log.debug({ err: err.message }, 'client socket error');
     });
@@ -142,50 +133,35 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       clearTimeout(this.cutOff); // the lingering close is over
       this.onClose();
     });
-    client.on(
-      'drain',
-      this.guarded(() => {
-        this.clientFull = false;
-        this.updateFlow();
-      }),
-    );
+    this.listen(client, 'drain', () => this.drained('client'));
     socket.on('timeout', () => this.onUpstreamTimeout());
-    if (!ownReads)
-      socket.on(
-        'data',
-        this.guarded((chunk: Buffer) => this.onUpstreamData(chunk)),
-      );
-    socket.on(
-      'end',
-      this.guarded(() => this.onUpstreamEnd()),
-    );
-    socket.on(
-      'error',
-      this.guarded((err: Error) => this.onUpstreamError(err)),
-    );
+    if (!ownReads) this.listen(socket, 'data', (chunk: Buffer) => this.onUpstreamData(chunk));
+    this.listen(socket, 'end', () => this.onUpstreamEnd());
+    this.listen(socket, 'error', (err: Error) => this.onUpstreamError(err));
     socket.on('close', () => this.onClose());
-    socket.on(
-      'drain',
-      this.guarded(() => {
-        this.upstreamFull = false;
-        this.updateFlow();
-      }),
-    );
+    this.listen(socket, 'drain', () => this.drained('upstream'));
+  }
+
+  /** A side that was full took what was written: the other side may go on. */
+  private drained(side: 'client' | 'upstream'): void {
+    if (side === 'client') this.clientFull = false;
+    else this.upstreamFull = false;
+    this.updateFlow();
   }
 
   /**
-   * `handle`, run so that an exception in it ends this session (fault), never the process: a
-   * reply or request the proxy cannot handle fails one connection, as in Envoy a fault fails one
-   * stream. Made once per handler, not per call.
+   * Listens to `event` so that an exception in `handle` ends this session (fault), never the
+   * process: a reply or request the proxy cannot handle fails one connection, as in Envoy a fault
+   * fails one stream.
    */
-  private guarded<A extends unknown[]>(handle: (...args: A) => void): (...args: A) => void {
-    return (...args: A) => {
+  private listen<A extends unknown[]>(emitter: net.Socket, event: string, handle: (...args: A) => void): void {
+    emitter.on(event, (...args: A) => {
       try {
         handle(...args);
       } catch (error) {
         this.fault(error);
       }
-    };
+    });
   }
 
   /**
