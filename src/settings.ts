@@ -43,7 +43,13 @@ export const OPTIONS = {
     help: 'the Stalwart releases the clients run, e.g. 0.15.3,0.16.9 (repeatable or comma-separated): load only the rule files for them (default: every affected release)',
   },
   mode: { kind: 'string', default: 'enforce', help: 'enforce (rules decide) or observe (every rule only observes)' },
-  'hold-ms': { kind: 'integer', default: 10, min: 1, max: 60_000, help: 'how long an incomplete MULTI block waits for more bytes' },
+  'hold-ms': {
+    kind: 'integer',
+    default: 10,
+    min: 1,
+    max: 60_000,
+    help: 'with --lock-method script: how long an incomplete MULTI block waits for more bytes (auto and transaction hold nothing)',
+  },
   'connect-timeout-ms': { kind: 'integer', default: 5000, min: 1, max: 600_000, help: 'upstream connect timeout' },
   'admin-listen': {
     kind: 'string',
@@ -111,7 +117,7 @@ export const OPTIONS = {
   'lock-method': {
     kind: 'string',
     default: 'auto',
-    help: "how lock blocks are fixed: transaction (NX on the client's own EXPIRE; Redis 7.0+, Valkey), script (a Lua script), or auto (from the server version)",
+    help: "how lock blocks are fixed: transaction (NX on the client's own EXPIRE; Redis 7.0+, Valkey), script (the whole block as a Lua script, held until whole), or auto (from the server version: transaction, else the EXPIRE as a script inside the client's transaction)",
   },
   'idle-timeout-ms': {
     kind: 'integer',

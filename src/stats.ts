@@ -1,3 +1,5 @@
+import type { LockMethod } from './lock/lock-method.js';
+
 /**
  * Process-wide counters. The hot path only increments plain numbers here;
  * the admin server reads them when /metrics is scraped (src/admin/metrics.ts),
@@ -8,7 +10,7 @@
 export class RuleCounters {
   /** Blocks that matched the rule, whatever happened to them next. */
   seen = 0;
-  /** Blocks sent with the fix: inside the client's transaction with NX, or as the script. */
+  /** Blocks sent with the fix: inside the client's transaction (NX, or the expiry script), or as the script. */
   rewritten = 0;
   /** Blocks forwarded unchanged because the rule (or the whole proxy) is in observe mode. */
   observed = 0;
@@ -62,7 +64,7 @@ export class Stats {
   /** Blocks sent with the fix (either way). */
   blocksRewritten = 0;
   /** Blocks sent with the fix, by the way they were sent. */
-  readonly rewrittenBy = { transaction: 0, script: 0 };
+  readonly rewrittenBy: Record<LockMethod, number> = { transaction: 0, 'transaction-script': 0, script: 0 };
   /** Blocks whose connection was closed before their replies came: the script's outcome unknown, or a bound. */
   blocksClosed = 0;
   /** Connections closed because a reply to a command of the proxy's own did not come within --own-reply-timeout-ms. */
@@ -139,7 +141,7 @@ export class Stats {
     increment(this.uncovered, label);
   }
 
-  blockRewritten(rule: string, method: 'transaction' | 'script'): void {
+  blockRewritten(rule: string, method: LockMethod): void {
     this.blocksRewritten++;
     this.rewrittenBy[method]++;
     this.rule(rule).rewritten++;

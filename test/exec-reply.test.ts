@@ -1,19 +1,28 @@
 /**
- * ExpiryRestore: EXEC's reply after lock pairs went with NX, walked as it streams. Each expiry's
- * `:0` becomes `:1` in place, however the reply is split, with pushes inside the array that are no
- * element of it; a reply framed wrongly is reported, never read out of bounds.
+ * ExpiryRestore: EXEC's reply after lock pairs were fixed, walked as it streams. Each expiry's
+ * `:0` becomes `:1` in place, the elements of the copies Redis only checked (the
+ * transaction-script way) are cut out with the count said again, however the reply is split,
+ * with pushes inside the array that are no element of it; a reply framed wrongly is reported,
+ * never read out of bounds.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ExpiryRestore, restoreExpiryReplies } from '../src/lock/exec-reply.js';
+import { ExpiryRestore, restoreExpiryReplies, type ExecEdits } from '../src/lock/exec-reply.js';
 import { splitAt } from './support/chunks.js';
 
 const restore = (reply: string, indexes: number[]): string =>
   restoreExpiryReplies(Buffer.from(reply, 'latin1'), indexes).toString('latin1');
 
-/** Walks `chunks` in order as the reply stream does; returns what reached the client, where the walk ended and its state. */
-function stream(chunks: Buffer[], indexes: number[]): { out: string; done: boolean; error: string; rest: string } {
-  const walker = new ExpiryRestore(indexes);
+/**
+ * Walks `chunks` in order as the reply stream does, leaving out what the walker cuts; returns what
+ * reached the client, where the walk ended and its state.
+ */
+function stream(
+  chunks: Buffer[],
+  edits: number[] | ExecEdits,
+  rearmed?: () => void,
+): { out: string; done: boolean; error: string; rest: string } {
+  const walker = new ExpiryRestore(edits, rearmed);
   let out = '';
   let rest = '';
   for (const chunk of chunks) {
@@ -22,7 +31,12 @@ function stream(chunks: Buffer[], indexes: number[]): { out: string; done: boole
       continue;
     }
     const pos = walker.walk(chunk, 0);
-    out += chunk.toString('latin1', 0, pos);
+    let from = 0;
+    for (const cut of walker.edits) {
+      out += chunk.toString('latin1', from, cut.start) + (cut.insert?.toString('latin1') ?? '');
+      from = cut.end;
+    }
+    out += chunk.toString('latin1', from, pos);
     rest += chunk.toString('latin1', pos);
   }
   return { out, done: walker.done, error: walker.error, rest };
@@ -119,5 +133,60 @@ describe('ExpiryRestore', () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  describe("the transaction-script way: the copy of the expiry cut out, the script's answer restored", () => {
+    const PROBE = '-ERR value is not an integer or out of range\r\n';
+    const edits = (drop: number): ExecEdits => ({ drop: [drop], restore: [drop + 1] });
+
+    it("cuts the copy's element and says the count again; the script's `:0` and `:2` become `:1`", () => {
+      const cut = (reply: string, drop = 1): string => restoreExpiryReplies(Buffer.from(reply, 'latin1'), edits(drop)).toString('latin1');
+      expect(cut(`*3\r\n:1\r\n${PROBE}:1\r\n`)).toBe('*2\r\n:1\r\n:1\r\n');
+      expect(cut(`*3\r\n:2\r\n${PROBE}:0\r\n`)).toBe('*2\r\n:2\r\n:1\r\n');
+      let rearmed = 0;
+      const reply = Buffer.from(`*3\r\n:2\r\n${PROBE}:2\r\n`, 'latin1');
+      expect(restoreExpiryReplies(reply, edits(1), () => rearmed++).toString('latin1')).toBe('*2\r\n:2\r\n:1\r\n');
+      expect(rearmed).toBe(1);
+      // Ten elements become nine: the count line gets shorter.
+      const long = `*11\r\n:2\r\n${PROBE}:0\r\n${'+OK\r\n'.repeat(8)}`;
+      expect(cut(long)).toBe(`*10\r\n:2\r\n:1\r\n${'+OK\r\n'.repeat(8)}`);
+      // The script's error, and a WATCH abort or EXECABORT, are Redis's own.
+      expect(cut(`*3\r\n:2\r\n${PROBE}-NOPERM x\r\n`)).toBe('*2\r\n:2\r\n-NOPERM x\r\n');
+      for (const whole of ['*-1\r\n', '-EXECABORT Transaction discarded because of previous errors.\r\n', '_\r\n']) {
+        expect(cut(whole)).toBe(whole);
+      }
+    });
+
+    it('gives the same bytes however the reply is split, with invalidations inside the array, and stops at its end', () => {
+      const reply = `*4\r\n${INVALIDATE}:7\r\n${PROBE}${INVALIDATE}:0\r\n$5\r\nhello\r\n`;
+      const after = '+PONG\r\n';
+      const bytes = Buffer.from(reply + after, 'latin1');
+      const expected = `*3\r\n${INVALIDATE}:7\r\n${INVALIDATE}:1\r\n$5\r\nhello\r\n`;
+      fc.assert(
+        fc.property(fc.array(fc.nat(), { maxLength: 12 }), (cuts) => {
+          expect(stream(splitAt(bytes, cuts), edits(1))).toEqual({ out: expected, done: true, error: '', rest: after });
+        }),
+        { numRuns: 1000 },
+      );
+      const single = Array.from({ length: bytes.length }, (_, i) => i);
+      expect(stream(splitAt(bytes, single), edits(1)).out).toBe(expected);
+    });
+
+    it('streams a large element after the pair without keeping it', () => {
+      const big = Buffer.alloc(1024 * 1024, 0x62);
+      const walker = new ExpiryRestore(edits(1));
+      const head = Buffer.from(`*4\r\n:1\r\n${PROBE}:1\r\n$${big.length}\r\n`, 'latin1');
+      expect(walker.walk(head, 0)).toBe(head.length);
+      expect(walker.edits.map((e) => [e.start, e.end, e.insert?.toString('latin1') ?? null])).toEqual([
+        [0, 4, '*3\r\n'],
+        [8, 8 + PROBE.length, null],
+      ]);
+      for (let offset = 0; offset < big.length; offset += 65536) {
+        expect(walker.walk(big.subarray(offset, offset + 65536), 0)).toBe(65536);
+        expect(walker.edits).toEqual([]);
+      }
+      expect(walker.walk(Buffer.from('\r\n'), 0)).toBe(2);
+      expect(walker.done).toBe(true);
+    });
   });
 });

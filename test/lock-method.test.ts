@@ -23,7 +23,7 @@ describe('methodFromHello', () => {
     }
   });
 
-  it('anything older, or a reply it cannot read, gets the script (which works on every version)', () => {
+  it('anything older, or a reply it cannot read, gets the expiry script inside the transaction (which works on every version)', () => {
     for (const reply of [
       hello('redis', '6.2.14'),
       hello('redis', '5.0.0'),
@@ -31,11 +31,11 @@ describe('methodFromHello', () => {
       Buffer.from('+OK\r\n'),
       Buffer.from('*1\r\n'),
     ]) {
-      expect(methodFromHello(reply).method, reply.toString()).toBe('script');
+      expect(methodFromHello(reply).method, reply.toString()).toBe('transaction-script');
     }
     // HELLO without arguments is an error before 6.2, as RESET (of the same release) is unknown.
     expect(methodFromHello(Buffer.from("-ERR unknown command 'HELLO'\r\n"))).toEqual({
-      method: 'script',
+      method: 'transaction-script',
       detail: "ERR unknown command 'HELLO'",
       hasReset: false,
     });

@@ -45,7 +45,7 @@ function setup() {
         if (!tx.watching) streamed.begin();
       } else if (streamed.active) {
         if (tx.queuedIndex >= 0) streamed.queued(scanner, tx.queuedIndex, RULES, enforced ? outcome : null);
-        else if (tx.closed && scanner.cmd === Cmd.Exec) execs.push([...(streamed.executed(tx.queued)?.indexes ?? [])]);
+        else if (tx.closed && scanner.cmd === Cmd.Exec) execs.push([...(streamed.executed(tx.queued)?.restore ?? [])]);
         else if (tx.closed) streamed.end();
       }
     }

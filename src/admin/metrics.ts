@@ -112,10 +112,11 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
   );
   labelledCounter(
     'blocks_rewritten_total',
-    "Lock blocks sent with the fix, by way: transaction (NX added to the EXPIRE inside the client's own transaction), script (the Lua script).",
+    "Lock blocks sent with the fix, by way: transaction (NX added to the EXPIRE inside the client's own transaction), transaction-script (the EXPIRE as a conditional-expiry script inside the client's own transaction, servers without NX), script (the whole block as one Lua script).",
     ['method'],
     (emit) => {
       emit({ method: 'transaction' }, stats.rewrittenBy.transaction);
+      emit({ method: 'transaction-script' }, stats.rewrittenBy['transaction-script']);
       emit({ method: 'script' }, stats.rewrittenBy.script);
     },
   );
@@ -152,7 +153,7 @@ export function createMetricsRegistry(stats: Stats, opts: MetricsOptions = {}): 
   );
   labelledCounter(
     'blocks_unfixed_total',
-    "Lock blocks on an enforcing rule's keys that ran unchanged, so that their lock was re-armed, by reason: hold-timeout (the script way's frames came further apart than --hold-ms), not-a-lock-block (another command broke a held block), version-unknown (the server's version was not known yet), split-frame.",
+    "Lock blocks on an enforcing rule's keys that ran unchanged, so that their lock was re-armed, by reason: hold-timeout (the script way's frames came further apart than --hold-ms), not-a-lock-block (another command broke a held block), not-first (Redis 6: the pair came after other commands of its transaction), eval-refused (Redis 6: the user may not run EVAL), pttl-refused (Redis 6: the user may not run PTTL), version-unknown (the server's version was not known yet), split-frame.",
     ['rule', 'reason'],
     (emit) => {
       for (const [rule, counts] of stats.byRule) {

@@ -4,10 +4,15 @@
  * - 'transaction': inside the client's own transaction, its [P]EXPIRE given NX as it streams past
  *   (streamed-blocks.ts, expire-nx.ts). Needs `EXPIRE ... NX`, which Redis has from 7.0 on (and
  *   every Valkey: it forked from 7.2).
+ * - 'transaction-script': inside the client's own transaction too, for servers without NX (Redis
+ *   6): the [P]EXPIRE goes as a small conditional-expiry script, beside a copy of it that Redis
+ *   checks as it would check the client's own (expiry-script.ts, expiry-substitution.ts). Nothing
+ *   is held but what follows that expiry, until Redis has said whether it queued the script.
  * - 'script': as one Lua script (script.ts), which works on any version; the block is held until
- *   it is whole (block-flow.ts).
+ *   it is whole (block-flow.ts). Only --lock-method script chooses it.
  *
- * With --lock-method auto (the default) the server's version decides. It is asked on the
+ * With --lock-method auto (the default) the server's version decides: 'transaction' where it has
+ * NX, else 'transaction-script'. It is asked on the
  * connection itself, because the proxy may hold no credentials of its own (the application
  * authenticates): `HELLO` without arguments answers the server's name and version and changes
  * nothing on the connection (networking.c helloCommand: no protocol version, no AUTH, no SETNAME),
@@ -27,7 +32,7 @@
 import { encodeCommand } from '../resp/encode.js';
 import { decodeReply, pairsOf, textOf } from '../resp/value.js';
 
-export type LockMethod = 'transaction' | 'script';
+export type LockMethod = 'transaction' | 'transaction-script' | 'script';
 /** The --lock-method setting: one method, or 'auto' (from the server's version). */
 export type LockMethodSetting = LockMethod | 'auto';
 export const LOCK_METHOD_SETTINGS: readonly LockMethodSetting[] = ['auto', 'transaction', 'script'];
@@ -50,13 +55,13 @@ export interface ServerVersion {
   readonly hasReset?: boolean | null;
 }
 
-/** Reads HELLO's reply (a RESP2 array of pairs or a RESP3 map; one complete frame). */
+/** Reads HELLO's reply (a RESP2 array of pairs or a RESP3 map; one complete frame): the way auto takes there. */
 export function methodFromHello(reply: Buffer): ServerVersion {
   if (reply[0] === 0x2d /* - */) {
     const error = reply.toString('latin1', 1, Math.min(reply.length, 200)).replace(/\r\n$/, '');
     // Not authenticated yet: the block will be refused with NOAUTH anyway; ask again next time.
     if (error.startsWith('NOAUTH')) return { method: null, detail: error, hasReset: null };
-    return { method: 'script', detail: error, hasReset: false };
+    return { method: 'transaction-script', detail: error, hasReset: false };
   }
   let server = '';
   let version = '';
@@ -70,7 +75,8 @@ export function methodFromHello(reply: Buffer): ServerVersion {
   }
   const major = /^(\d+)\./.exec(version)?.[1];
   const detail = `${server || 'unknown server'} ${version || 'unknown version'}`;
-  return { method: major !== undefined && Number(major) >= NX_SINCE_MAJOR ? 'transaction' : 'script', detail, hasReset: true };
+  const hasNx = major !== undefined && Number(major) >= NX_SINCE_MAJOR;
+  return { method: hasNx ? 'transaction' : 'transaction-script', detail, hasReset: true };
 }
 
 /** The method each upstream address was last found to need (auto). */

@@ -7,7 +7,8 @@
  * wrong number of arguments: every lock block would come back `-EXECABORT`, no node could take any
  * lock, and nothing else would look wrong. So a start, and `check`, refuse it in front of such a
  * server, naming the server's version and the way that works there; a server found later to lack
- * NX (a failover to an older replica) gets the script way, as auto gives it, and an error line.
+ * NX (a failover to an older replica) gets the transaction-script way, as auto gives it, and an
+ * error line.
  */
 import { ConfigError } from '../errors.js';
 import type { LockMethod, LockMethodSetting, ServerVersion } from './lock-method.js';
@@ -35,8 +36,11 @@ export function chooseMethod(setting: LockMethodSetting, version: ServerVersion 
     throw new ConfigError(
       `--lock-method transaction needs EXPIRE ... NX (Redis 7.0 and later, Valkey), which the upstream ${upstream} has not ` +
         `(it answered HELLO: ${version.detail}): every lock block would be refused with EXECABORT. ` +
-        'Use --lock-method auto, which takes the script way on this server',
+        'Use --lock-method auto, which takes the transaction-script way on this server',
     );
   }
-  return { way: 'script', why: `auto: ${version.detail} has no EXPIRE ... NX (before Redis 7.0): the script way` };
+  return {
+    way: 'transaction-script',
+    why: `auto: ${version.detail} has no EXPIRE ... NX (before Redis 7.0): the expiry as a script in the client's transaction`,
+  };
 }

@@ -8,9 +8,11 @@
  * queued, and the very next queued command `EXPIRE k <secs>` or `PEXPIRE k <ms>` (no option,
  * a positive expiry) on the same key. Right after the increment the key exists, so Redis alone
  * answers the expiry `:1`; with NX Redis answers `:0` exactly where it left an expiry in place,
- * and that element becomes `:1` again (exec-reply.ts). Whatever else the transaction holds is
- * Redis's own. The pair is fixed where the key's rule enforces; it is counted when its EXEC goes
- * upstream (a DISCARD, a RESET or a closed connection ran nothing).
+ * and that element becomes `:1` again (exec-reply.ts). The transaction-script way queues two
+ * commands in the expiry's place (expiry-script.ts): the first one's element is cut out of EXEC's
+ * reply, the second one's restored as NX's. Whatever else the transaction holds is Redis's own.
+ * The pair is fixed where the key's rule enforces; it is counted when its EXEC goes upstream (a
+ * DISCARD, a RESET or a closed connection ran nothing).
  */
 import { describeKey, keyPrefixLabel } from '../key-text.js';
 import type { Logger } from '../log.js';
@@ -18,12 +20,16 @@ import { Cmd } from '../resp/commands.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
 import { effectiveMode, type Rule, type RuleMode, type RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
+import { encodeCommand } from '../resp/encode.js';
+import type { ExecEdits } from './exec-reply.js';
 import { isRedisInteger, isRewritableExpiry } from './integers.js';
 
 /** What became of a lock pair's expiry. */
 export type PairOutcome =
   /** Sent with NX (the transaction way). */
   | 'nx'
+  /** Sent as the conditional-expiry script, beside the copy Redis checks (the transaction-script way). */
+  | 'queued-script'
   /** Sent unchanged because its rule observes. */
   | 'observe'
   /** Sent unchanged although its rule enforces: the lock was re-armed. The reason says why. */
@@ -32,10 +38,13 @@ export type PairOutcome =
 /**
  * Why an enforced pair went unchanged: its frames came further apart than --hold-ms on the script
  * way (`hold-timeout`), another command broke the held block's shape (`not-a-lock-block`), the
- * server's version was not known when the expiry went (`version-unknown`), or the expiry's first
- * bytes had gone upstream before it could be told apart (`split-frame`).
+ * server's version was not known when the expiry went (`version-unknown`), the expiry's first
+ * bytes had gone upstream before it could be told apart (`split-frame`), the transaction-script
+ * way found the pair after other queued commands (`not-first`: only a transaction's first two
+ * can be sent again as they were), or Redis refused to queue the expiry script (`eval-refused`:
+ * the user may not run EVAL; the transaction went again as the client sent it).
  */
-export type UnfixedReason = 'hold-timeout' | 'not-a-lock-block' | 'version-unknown' | 'split-frame';
+export type UnfixedReason = 'hold-timeout' | 'not-a-lock-block' | 'version-unknown' | 'split-frame' | 'not-first' | 'eval-refused';
 
 export interface CountingSettings {
   /** 'observe': every rule only observes. */
@@ -48,15 +57,16 @@ export interface CountingSettings {
 /** An increment just queued, waiting to see whether an expiry of its key comes next. */
 interface Increment {
   readonly key: Buffer;
+  /** INCRBY's delta; null for INCR. */
+  readonly delta: Buffer | null;
   /** The loaded rule that names the key, if any. */
   readonly rule: Rule | undefined;
   /** The increment was the transaction's first queued command. */
   readonly first: boolean;
 }
 
-/** An EXEC whose transaction had pairs fixed: its reply's elements to restore, and the first fixed pair's rule and key. */
-export interface FixedExec {
-  readonly indexes: readonly number[];
+/** An EXEC whose transaction had pairs fixed: its reply's elements to restore and cut, and the first fixed pair's rule and key. */
+export interface FixedExec extends ExecEdits {
   readonly rule: string;
   readonly key: Buffer;
 }
@@ -66,7 +76,7 @@ interface Pair {
   readonly rule: Rule | undefined;
   /** The expiry's place among the queued commands: its element of EXEC's reply. */
   readonly index: number;
-  readonly outcome: PairOutcome;
+  outcome: PairOutcome;
   /** The transaction's first two queued commands, so far. */
   readonly first: boolean;
 }
@@ -126,6 +136,29 @@ export class StreamedBlocks {
   }
 
   /**
+   * The increment the expiry whose head the scanner holds completes, as a command to send again
+   * (INCR k, INCRBY k delta: Redis reads the same arguments), and whether it was the transaction's
+   * first queued command; null when there is none.
+   */
+  get pendingIncrement(): { readonly command: Buffer; readonly first: boolean } | null {
+    const increment = this.increment;
+    if (increment === null) return null;
+    const command =
+      increment.delta === null ? encodeCommand('INCR', increment.key) : encodeCommand('INCRBY', increment.key, increment.delta);
+    return { command, first: increment.first };
+  }
+
+  /**
+   * The transaction-script way's last pair did not go as its script: Redis refused to queue the
+   * script (the transaction went again as the client sent it), or the MULTI before it was refused
+   * (no transaction: nothing to count as one).
+   */
+  scriptRefused(): void {
+    const pair = this.pairs[this.pairs.length - 1];
+    if (pair !== undefined && pair.outcome === 'queued-script') pair.outcome = { unfixed: 'eval-refused' };
+  }
+
+  /**
    * The rule whose key an expiry may be fixed for, if the frame being read right now can still
    * complete a pair under an enforcing rule: its bytes are then kept back until its head is read.
    */
@@ -167,7 +200,8 @@ export class StreamedBlocks {
       (scanner.cmd === Cmd.Incrby && scanner.argc === 3 && isRedisInteger(scanner.value.subarray(0, scanner.valueLength)));
     if (!isIncrement) return;
     const key = Buffer.from(scanner.key.subarray(0, scanner.keyLength));
-    this.increment = { key, rule: rules.match(key), first: index === 0 };
+    const delta = scanner.cmd === Cmd.Incrby ? Buffer.from(scanner.value.subarray(0, scanner.valueLength)) : null;
+    this.increment = { key, delta, rule: rules.match(key), first: index === 0 };
   }
 
   /**
@@ -181,7 +215,7 @@ export class StreamedBlocks {
     if (frames < 2 || key === null) return;
     const rule = rules.match(key);
     if (frames === 2) {
-      this.increment = { key, rule, first: true };
+      this.increment = { key, delta: null, rule, first: true };
       return;
     }
     const observes = rule !== undefined && effectiveMode(rule, this.settings.mode) === 'observe';
@@ -190,19 +224,30 @@ export class StreamedBlocks {
   }
 
   /**
-   * The transaction's EXEC went upstream, after `queued` queued commands: its pairs are counted,
-   * and what of EXEC's reply is to be restored is returned: the indexes whose `:0` is Redis's NX
-   * answer (null: none, the reply is Redis's own as it is).
+   * The transaction's EXEC went upstream, after `queued` queued commands (the client's): its pairs
+   * are counted, and what of EXEC's reply is to be changed is returned, as places in the reply
+   * Redis sends (where the transaction-script way queued two commands for one): the elements
+   * whose `:0` is NX's or the script's answer, and those of the copies Redis only checked (null:
+   * none, the reply is Redis's own as it is).
    */
   executed(queued: number): FixedExec | null {
     const pairs = this.pairs;
     this.end();
-    let fixed: FixedExec | null = null;
+    let fixed: { restore: number[]; drop: number[]; rule: string; key: Buffer } | null = null;
+    /** Commands the proxy queued beyond the client's, before the pair. */
+    let added = 0;
     for (const pair of pairs) {
       this.count(pair, pair.first && queued === 2);
-      if (pair.outcome !== 'nx') continue;
-      if (fixed === null) fixed = { indexes: [pair.index], rule: (pair.rule as Rule).name, key: pair.key };
-      else (fixed.indexes as number[]).push(pair.index);
+      if (pair.outcome !== 'nx' && pair.outcome !== 'queued-script') continue;
+      fixed ??= { restore: [], drop: [], rule: (pair.rule as Rule).name, key: pair.key };
+      const index = pair.index + added;
+      if (pair.outcome === 'nx') {
+        fixed.restore.push(index);
+      } else {
+        fixed.drop.push(index);
+        fixed.restore.push(index + 1);
+        added++;
+      }
     }
     return fixed;
   }
@@ -221,8 +266,8 @@ export class StreamedBlocks {
     }
     stats.blockSeen(rule.name);
     const outcome = pair.outcome;
-    if (outcome === 'nx') {
-      stats.blockRewritten(rule.name, 'transaction');
+    if (outcome === 'nx' || outcome === 'queued-script') {
+      stats.blockRewritten(rule.name, outcome === 'nx' ? 'transaction' : 'transaction-script');
     } else if (outcome === 'observe') {
       stats.blockObserved(rule.name);
       this.log().info({ rule: rule.name, key: describeKey(pair.key) }, 'observe: lock block would be rewritten');

@@ -88,6 +88,11 @@ type Mark =
    */
   | { readonly kind: 'restore'; readonly restore: ExpiryRestore; readonly lock: LockBlockRef; after: number }
   /**
+   * A client's reply passed on as any counted reply, its first byte told to `seen` (whether
+   * Redis opened the transaction a MULTI asked for: `+`).
+   */
+  | { readonly kind: 'peek'; readonly seen: (first: number) => void; after: number }
+  /**
    * The refusal of the marker command sent right after a client's RESET in a plain pipe:
    * replies pass uncounted until it, it is dropped, and `found` is told.
    */
@@ -199,7 +204,7 @@ export class ReplyStream {
   /** The lock blocks whose replies are still due, in order: what a close now would keep from the client. */
   lockBlocksDue(): LockBlockRef[] {
     const due: LockBlockRef[] = [];
-    for (const mark of this.marks) if (mark.kind !== 'marker' && mark.lock !== undefined) due.push(mark.lock);
+    for (const mark of this.marks) if ((mark.kind === 'capture' || mark.kind === 'restore') && mark.lock !== undefined) due.push(mark.lock);
     return due;
   }
 
@@ -225,6 +230,12 @@ export class ReplyStream {
   /** The reply to the EXEC just sent is walked as it streams, its expiries restored (`restore`). */
   restoreExpiries(restore: ExpiryRestore, lock: LockBlockRef): void {
     this.marks.push({ kind: 'restore', restore, lock, after: 0 });
+    this.passing = false;
+  }
+
+  /** The reply to the frame just forwarded is counted as any other, and its first byte told to `seen`. */
+  peek(seen: (first: number) => void): void {
+    this.marks.push({ kind: 'peek', seen, after: 0 });
     this.passing = false;
   }
 
@@ -311,6 +322,12 @@ export class ReplyStream {
       if (head.kind === 'restore') {
         pos = this.walkRestore(head, chunk, pos);
         if (pos < 0) return this.desync(chunk, from, head.restore.error || scanner.error);
+        from = this.leaveOut(chunk, from, head.restore.edits);
+        continue;
+      }
+      if (head.kind === 'peek') {
+        pos = this.peekAt(head, chunk, pos);
+        if (pos < 0) return this.desync(chunk, from, scanner.error);
         continue;
       }
       if (
@@ -367,6 +384,29 @@ export class ReplyStream {
     pos = restore.walk(chunk, pos);
     if (restore.error !== '') return -1;
     if (restore.done || (restore.stopAfterTargets && restore.targetsDone)) this.passMark();
+    return pos;
+  }
+
+  /** What the walk of EXEC's reply cut out of this chunk is left out: the bytes before each cut go to the client. Returns the new `from`. */
+  private leaveOut(chunk: Buffer, from: number, edits: readonly { start: number; end: number; insert: Buffer | null }[]): number {
+    for (const cut of edits) {
+      if (cut.start > from) this.port.writeClient(chunk.subarray(from, cut.start));
+      if (cut.insert !== null) this.port.writeClient(cut.insert);
+      from = cut.end;
+    }
+    return from;
+  }
+
+  /** The reply to peek at, from `pos`: pushes before it pass as they are; its first byte is told, and it is counted. */
+  private peekAt(head: Mark & { kind: 'peek' }, chunk: Buffer, pos: number): number {
+    const scanner = this.scanner;
+    if (!scanner.atFrameBoundary || chunk[pos] === 0x3e /* > */) {
+      pos = scanner.scan(chunk, pos, 1, true);
+      return scanner.error === '' ? pos : -1;
+    }
+    this.passMark();
+    this.outstanding++;
+    head.seen(chunk[pos]);
     return pos;
   }
 

@@ -21,6 +21,7 @@ import type { NodeReplies } from '../cluster/node-replies.js';
 import { joined, LockBlocks, type LockBlockPort } from '../lock/block-flow.js';
 import { BLOCK_COMMANDS } from '../lock/block-shape.js';
 import { ExpiryRestore, restoreExpiryReplies } from '../lock/exec-reply.js';
+import { ExpirySubstitution } from './expiry-substitution.js';
 import { expiryWithNx } from '../lock/expire-nx.js';
 import { countFixedShape } from '../lock/fixed-shape.js';
 import { HELLO, methodFromHello, type LockMethod } from '../lock/lock-method.js';
@@ -103,6 +104,8 @@ export class RequestFlow implements LockBlockPort {
   private readonly tx = new TransactionState();
   private readonly blocks: LockBlocks;
   private readonly streamed: StreamedBlocks;
+  /** The transaction-script way's pairs (servers without EXPIRE ... NX). */
+  private readonly substitution: ExpirySubstitution;
   /** What this connection's HELLO said the server needs (auto); null until it has answered. */
   private learnt: LockMethod | null = null;
   /** A HELLO of the proxy's own is on its way; the client's bytes wait for its answer. */
@@ -152,6 +155,7 @@ export class RequestFlow implements LockBlockPort {
     this.counting = counting;
     this.blocks = new LockBlocks(this, replies, counting);
     this.streamed = new StreamedBlocks(counting, () => this.log);
+    this.substitution = new ExpirySubstitution(this, replies, this.tx, this.streamed);
     // Without rules there is nothing to rewrite, unless cluster replies need their addresses rewritten.
     this.pipeWithoutRules = ctx.rules().rules.length === 0 && !ctx.cluster;
     if (this.pipeWithoutRules) this.enterPipe(true);
@@ -277,6 +281,7 @@ export class RequestFlow implements LockBlockPort {
           if (from < 0) return; // the MULTI waits for the server's version
         } else if (this.streamed.active && this.streamed.isEnforcedExpiry(scanner)) {
           from = this.atExpiry(chunk, from, pos);
+          if (from < 0) return; // what follows the expiry waits for Redis's answers to its script
         } else {
           this.flushPartial();
           this.forwardFrame(null);
@@ -377,7 +382,7 @@ export class RequestFlow implements LockBlockPort {
    */
   private mayStillBeActedOn(scanner: RequestScanner): boolean {
     const method = this.lockMethod();
-    if (this.tx.canStartBlock) return method !== 'transaction' && LockBlocks.couldStillStart(scanner);
+    if (this.tx.canStartBlock) return (method === 'script' || method === null) && LockBlocks.couldStillStart(scanner);
     return (
       this.streamed.active &&
       this.streamed.expiryMayFollow &&
@@ -389,18 +394,19 @@ export class RequestFlow implements LockBlockPort {
   /**
    * How this connection's lock blocks go: the script where set, else what the server was found to
    * need (null: not known yet). --lock-method transaction was refused at start in front of a server
-   * without EXPIRE ... NX; one found later (a failover to an older replica) gets the script way,
-   * with an error line, rather than EXECABORT for every lock (lock/method-choice.ts).
+   * without EXPIRE ... NX; one found later (a failover to an older replica) gets the
+   * transaction-script way, with an error line, rather than EXECABORT for every lock
+   * (lock/method-choice.ts).
    */
   private lockMethod(): LockMethod | null {
     const setting = this.ctx.lockMethod;
     if (setting === 'script') return setting;
     // What the address is known to need holds for this connection's whole life: it stays on that server.
     this.learnt ??= this.ctx.serverMethods.get(this.port.upstreamAddress);
-    if (setting === 'transaction' && this.learnt === 'script' && this.ctx.serverMethods.mismatch(this.port.upstreamAddress)) {
+    if (setting === 'transaction' && this.learnt === 'transaction-script' && this.ctx.serverMethods.mismatch(this.port.upstreamAddress)) {
       this.port.log.error(
         { upstream: this.port.upstreamAddress },
-        '--lock-method transaction: this server has no EXPIRE ... NX (before Redis 7.0); its lock blocks take the script way',
+        '--lock-method transaction: this server has no EXPIRE ... NX (before Redis 7.0); its lock blocks take the transaction-script way',
       );
     }
     return this.learnt;
@@ -408,7 +414,7 @@ export class RequestFlow implements LockBlockPort {
 
   /**
    * A MULTI that may start a lock block: held on the script way, forwarded on the transaction
-   * way. Where the server's version is not known yet (the first MULTI to an upstream address, or
+   * ways. Where the server's version is not known yet (the first MULTI to an upstream address, or
    * after it closed a connection), HELLO goes right before it and the MULTI waits for the answer
    * (the script way must hold the block from its MULTI on). Returns the new `from`, or -1 when
    * the MULTI and the rest of the chunk wait for the answer.
@@ -454,20 +460,25 @@ export class RequestFlow implements LockBlockPort {
     const scanner = this.scanner;
     const method = this.lockMethod();
     let outcome: PairOutcome;
+    let refusal: UnfixedReason | null = null;
+    const increment = method === 'transaction-script' ? this.streamed.pendingIncrement : null;
+    if (increment !== null) refusal = this.substitution.refusal(increment.first && this.tx.queued === 1);
     if (method === 'transaction' && this.frameKeptBack(scanner)) {
-      const start = scanner.frameStart;
-      let frame: Buffer;
-      if (start >= 0) {
-        this.port.writeUpstream(chunk.subarray(from, start));
-        frame = chunk.subarray(start, pos);
-      } else {
-        this.partial.push(chunk.subarray(from, pos));
-        frame = joined(this.partial);
-        this.partial = [];
-      }
-      this.port.writeUpstream(expiryWithNx(frame));
+      this.port.writeUpstream(expiryWithNx(this.takeFrame(chunk, from, pos)));
       from = pos;
       outcome = 'nx';
+    } else if (increment !== null && refusal === null && this.frameKeptBack(scanner)) {
+      const frame = this.takeFrame(chunk, from, pos);
+      const key = scanner.key.subarray(0, scanner.keyLength);
+      const ttl = scanner.value.subarray(0, scanner.valueLength);
+      this.substitution.send(frame, scanner.cmd === Cmd.Pexpire, key, ttl, increment.command);
+      this.forwardFrame('queued-script');
+      if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
+      this.port.holdClient();
+      return -1;
+    } else if (refusal !== null) {
+      outcome = { unfixed: refusal };
+      this.flushPartial();
     } else {
       // The script way fixes only a block it held whole: this one was released (at the hold
       // deadline, or by a frame that broke its shape) or came in another shape.
@@ -482,6 +493,19 @@ export class RequestFlow implements LockBlockPort {
     }
     this.forwardFrame(outcome);
     return from;
+  }
+
+  /** The expiry frame whose head was just read, whole (from `from` or kept back), once what came before it has gone upstream. */
+  private takeFrame(chunk: Buffer, from: number, pos: number): Buffer {
+    const start = this.scanner.frameStart;
+    if (start >= 0) {
+      this.port.writeUpstream(chunk.subarray(from, start));
+      return chunk.subarray(start, pos);
+    }
+    this.partial.push(chunk.subarray(from, pos));
+    const frame = joined(this.partial);
+    this.partial = [];
+    return frame;
   }
 
   /**
@@ -564,6 +588,7 @@ export class RequestFlow implements LockBlockPort {
   private forwardFrame(outcome: PairOutcome | null): void {
     const tx = this.tx;
     if (this.scanner.cmd === Cmd.Reset) tx.resetKnown = this.hasReset();
+    const afterAsking = tx.afterAsking;
     const meaning = tx.frame(this.scanner);
     if (meaning === FrameMeaning.NoReply) return;
     if (meaning === FrameMeaning.Untrackable || meaning === FrameMeaning.Replication) {
@@ -603,19 +628,37 @@ export class RequestFlow implements LockBlockPort {
       // reply is taken whole, and EXEC's expiries restored in it. EXEC is the client's own
       // command: Redis answers it in its own time, and an error in its place (EXEC refused as a
       // whole) passes on as any reply.
-      const indexes = fixed?.indexes;
-      const whole = (reply: Buffer): Buffer => rewrite(indexes === undefined ? reply : restoreExpiryReplies(reply, indexes));
+      const edits = fixed;
+      const rearmed = this.rearmed(fixed);
+      const whole = (reply: Buffer): Buffer => rewrite(edits === null ? reply : restoreExpiryReplies(reply, edits, rearmed));
       this.replies.capture((reply) => this.port.writeClient(whole(reply)), fixed !== null, fixed ?? undefined);
     } else if (fixed !== null) {
-      // EXEC's array gives each expiry sent with NX back as Redis alone answers it, as it streams.
-      this.replies.restoreExpiries(new ExpiryRestore(fixed.indexes), fixed);
-    } else this.replies.expect(1);
+      // EXEC's array gives each fixed expiry back as Redis alone answers it, as it streams.
+      this.replies.restoreExpiries(new ExpiryRestore(fixed, this.rearmed(fixed)), fixed);
+    } else if (tx.opened && this.lockMethod() === 'transaction-script') {
+      this.substitution.multiSent(afterAsking);
+    } else if (outcome !== 'queued-script') this.replies.expect(1); // the substitution's replies are its own
     if (tx.closed && this.pipeAfterExec !== null) {
       // What was queued runs only at EXEC (DISCARD and RESET ran none of it).
       const { resettable } = this.pipeAfterExec;
       this.pipeAfterExec = null;
       if (this.scanner.cmd === Cmd.Exec) this.enterPipe(resettable);
     }
+  }
+
+  /**
+   * What tells that the expiry script of `fixed`'s pair did what the client asked (the user may
+   * not read the expiry): its lock was re-armed, counted and logged.
+   */
+  private rearmed(fixed: FixedExec | null): (() => void) | undefined {
+    if (fixed === null || fixed.drop.length === 0) return undefined;
+    return () => {
+      this.counting.stats.blockUnfixed(fixed.rule, 'pttl-refused');
+      this.log.warn(
+        { rule: fixed.rule, key: describeKey(fixed.key) },
+        "the expiry script may not read the lock key's expiry (the user needs +pttl): it re-armed the lock as the client asked",
+      );
+    };
   }
 
   /**

@@ -129,6 +129,15 @@ export class TransactionState {
     this.afterAsking = false;
   }
 
+  /**
+   * Redis refused the MULTI that opened the transaction (its answer came later, ACLs say no):
+   * there is none, and what was taken as queued ran at once.
+   */
+  multiRefused(): void {
+    this.inMulti = false;
+    this.queued = 0;
+  }
+
   /** A lock block was answered by its script: Redis ran one command, no transaction. */
   blockRewritten(): void {
     this.afterAsking = false;

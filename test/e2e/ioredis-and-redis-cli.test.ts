@@ -10,7 +10,6 @@ import { spawn } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { redisAndProxy } from '../support/redis-and-proxy.js';
-import { startedServerFacts } from '../support/server-facts.js';
 import { cmd, RawClient } from '../support/resp.js';
 import { attemptReplies, lockAttempt } from '../support/stalwart.js';
 
@@ -233,12 +232,9 @@ describe('redis-cli', () => {
     });
   }
 
-  it('typed lock block, second attempt: the same replies, and on a server with EXPIRE NX the held lock keeps its expiry', async () => {
-    // redis-cli sends one line and waits for its reply before the next one. Nothing is held on
-    // the transaction way: the EXPIRE gains NX as it passes. The script way must see the whole
-    // block, so there the MULTI goes on at --hold-ms and the block runs as typed (re-armed, as
-    // directly), counted as unfixed for its rule.
-    const nx = (await startedServerFacts()).has('expire-nx');
+  it('typed lock block, second attempt: the same replies, and the held lock keeps its expiry', async () => {
+    // redis-cli sends one line and waits for its reply before the next one. Nothing is held: the
+    // EXPIRE gains NX as it passes, or (before 7.0) goes as the expiry script.
     const second = async (port: number) => {
       await adminCall('FLUSHALL');
       await adminCall('SET', 'lock:cli', '1', 'PX', '5000');
@@ -249,13 +245,12 @@ describe('redis-cli', () => {
     expect(direct).toEqual({ out: { stdout: 'OK\nQUEUED\nQUEUED\n2\n1\n', stderr: '', code: 0 }, rearmed: true });
     const rewrittenBefore = env.proxy.stats.blocksRewritten;
     const unfixedBefore = env.proxy.stats.byRule.get('test-lock')?.unfixed.get('hold-timeout') ?? 0;
-    expect(await second(env.proxy.port)).toEqual({ out: direct.out, rearmed: !nx });
-    expect(env.proxy.stats.blocksRewritten).toBe(rewrittenBefore + (nx ? 1 : 0));
-    expect(env.proxy.stats.byRule.get('test-lock')?.unfixed.get('hold-timeout') ?? 0).toBe(unfixedBefore + (nx ? 0 : 1));
+    expect(await second(env.proxy.port)).toEqual({ out: direct.out, rearmed: false });
+    expect(env.proxy.stats.blocksRewritten).toBe(rewrittenBefore + 1);
+    expect(env.proxy.stats.byRule.get('test-lock')?.unfixed.get('hold-timeout') ?? 0).toBe(unfixedBefore);
   });
 
-  it('a lock block whose sender stalls mid-block: the same replies; fixed where EXPIRE NX exists, else counted as re-armed', async () => {
-    const nx = (await startedServerFacts()).has('expire-nx');
+  it('a lock block whose sender stalls mid-block: the same replies, and fixed', async () => {
     const stalled = async (port: number) => {
       await adminCall('FLUSHALL');
       await adminCall('SET', 'lock:stall', '1', 'PX', '5000');
@@ -273,9 +268,9 @@ describe('redis-cli', () => {
     expect(direct).toEqual({ replies: attemptReplies(2, 1), rearmed: true });
     const counts = () => env.proxy.stats.byRule.get('test-lock');
     const before = { seen: counts()?.seen ?? 0, unfixed: counts()?.unfixed.get('hold-timeout') ?? 0 };
-    expect(await stalled(env.proxy.port)).toEqual({ replies: direct.replies, rearmed: !nx });
+    expect(await stalled(env.proxy.port)).toEqual({ replies: direct.replies, rearmed: false });
     expect(counts()?.seen).toBe(before.seen + 1);
-    expect(counts()?.unfixed.get('hold-timeout') ?? 0).toBe(before.unfixed + (nx ? 0 : 1));
+    expect(counts()?.unfixed.get('hold-timeout') ?? 0).toBe(before.unfixed);
   });
 
   it('lock block in one write (--pipe): rewritten, counter 2 and the short expiry kept', async () => {

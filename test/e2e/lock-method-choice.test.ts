@@ -31,7 +31,7 @@ describe('check and the start say which way lock blocks take, and why', () => {
   it('auto: the way this server needs, named with what it said it is', async () => {
     const exit = await runCli(['check', '--listen', '127.0.0.1:1', '--upstream', env.redis.url]);
     expect(exit.code).toBe(0);
-    const way = facts.has('expire-nx') ? 'transaction' : 'script';
+    const way = facts.has('expire-nx') ? 'transaction' : 'transaction-script';
     expect(exit.stdout).toMatch(new RegExp(`, lock method ${way} \\(auto: .*\\)\\n$`));
     expect(exit.stdout).toMatch(serverWords());
 

@@ -28,8 +28,8 @@ afterAll(async () => {
   await scripted?.close();
 });
 
-/** The way auto must take on this server: inside the transaction where it has EXPIRE ... NX, else the script. */
-const autoWay = (): 'transaction' | 'script' => (facts.has('expire-nx') ? 'transaction' : 'script');
+/** The way auto must take on this server: inside the transaction with NX where it has EXPIRE ... NX, else with the expiry script. */
+const autoWay = (): 'transaction' | 'transaction-script' => (facts.has('expire-nx') ? 'transaction' : 'transaction-script');
 
 /** The proxy's default, and the script way, each through a proxy in front of the same Redis. */
 const METHODS = [
@@ -171,7 +171,7 @@ describe.each(METHODS)('Stalwart lock attempts through the proxy ($method)', ({ 
 });
 
 describe('auto', () => {
-  it('takes the way the server has, asked once per connection: inside the transaction with EXPIRE ... NX, else the script', async () => {
+  it('takes the way the server has, asked once per connection: inside the transaction with EXPIRE ... NX, else with the expiry script', async () => {
     const proxy = await startTestProxy({ upstream: env.redis.url });
     try {
       const key = taskLockKey(0x0a0a0an);
@@ -180,7 +180,7 @@ describe('auto', () => {
       expect((await client.readReplies(9)).toString('latin1')).toBe(attemptReplies(1, 1) + ':1\r\n' + attemptReplies(2, 1));
       await client.close();
       expect(await pttl(key)).toBeLessThanOrEqual(5000);
-      expect(proxy.stats.rewrittenBy).toEqual(autoWay() === 'transaction' ? { transaction: 2, script: 0 } : { transaction: 0, script: 2 });
+      expect(proxy.stats.rewrittenBy).toEqual({ transaction: 0, 'transaction-script': 0, script: 0, [autoWay()]: 2 });
       const chosen = proxy.logs().filter((line) => line.msg === 'lock method chosen from the server version');
       expect(chosen).toHaveLength(1);
       expect(chosen[0]).toMatchObject({ method: autoWay() });
@@ -307,10 +307,11 @@ describe('blocks the proxy leaves alone', () => {
   /**
    * An increment directly followed by the expiry of its key, inside a longer transaction: the
    * transaction way gives that expiry NX (the key's rule makes it a lock, and right after the
-   * increment the key exists), with Redis alone's replies; the script way, which takes only the
-   * exact block, runs it as sent.
+   * increment the key exists), with Redis alone's replies; before 7.0 the expiry script takes
+   * the pair where it is the transaction's first two commands (`pairFirst`), and the rest go as
+   * sent.
    */
-  async function fixedWhereNx(bytes: Buffer, replies: number, serverMayAbort = false): Promise<void> {
+  async function fixedWhereNx(bytes: Buffer, replies: number, pairFirst: boolean, serverMayAbort = false): Promise<void> {
     const run = async (port: number): Promise<{ replies: string; ttl: number }> => {
       await adminCall('FLUSHALL');
       await adminCall('SET', key, '1', 'EX', '100');
@@ -322,16 +323,24 @@ describe('blocks the proxy leaves alone', () => {
     const ranDirectly = direct.ttl === 3600;
     if (!serverMayAbort || ranDirectly) expect(direct.ttl).toBe(3600);
     else expect(direct.ttl).toBe(100);
-    const fixed = ranDirectly && autoWay() === 'transaction';
+    const fixed = ranDirectly && (autoWay() === 'transaction' || pairFirst);
     expect(await run(env.proxy.port)).toEqual({ replies: direct.replies, ttl: fixed ? 100 : direct.ttl });
   }
 
-  it('a lock pair inside a longer transaction: fixed on the transaction way, as sent on the script way', async () => {
-    await fixedWhereNx(Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('GET', key), cmd('EXEC')]), 5);
-    await fixedWhereNx(Buffer.concat([cmd('MULTI'), cmd('GET', key), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]), 5);
-    // MULTI, nested MULTI refused, two QUEUED, EXEC, then an EXEC without MULTI. Redis 7.0 and 8.0 refuse the nested
-    // MULTI alone and run the rest; Valkey 8.1 flags the transaction, and its EXEC answers EXECABORT.
-    await fixedWhereNx(Buffer.concat([cmd('MULTI'), lockAttempt(key, 3600), cmd('EXEC')]), 6, true);
+  it('a lock pair inside a longer transaction: fixed with NX anywhere, with the expiry script where it comes first', async () => {
+    await fixedWhereNx(
+      Buffer.concat([cmd('MULTI'), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('GET', key), cmd('EXEC')]),
+      5,
+      true,
+    );
+    await fixedWhereNx(
+      Buffer.concat([cmd('MULTI'), cmd('GET', key), cmd('INCRBY', key, '1'), cmd('EXPIRE', key, '3600'), cmd('EXEC')]),
+      5,
+      false,
+    );
+    // MULTI, nested MULTI refused, two QUEUED, EXEC, then an EXEC without MULTI. Redis 6.0, 7.0 and 8.0 refuse the
+    // nested MULTI alone and run the rest; Valkey 8.1 flags the transaction, and its EXEC answers EXECABORT.
+    await fixedWhereNx(Buffer.concat([cmd('MULTI'), lockAttempt(key, 3600), cmd('EXEC')]), 6, true, true);
   });
 
   it('a rule in observe mode: counted and logged, forwarded unchanged', async () => {
@@ -349,27 +358,36 @@ describe('blocks the proxy leaves alone', () => {
 describe('blocks split, typed, or cut short', () => {
   const key = 'lock:slow';
 
-  it('a block typed one command at a time: fixed on the transaction way; released at the hold deadline and run as sent on the script way', async () => {
-    await adminCall('SET', key, '1', 'PX', '5000');
-    const unfixed = () => env.proxy.stats.byRule.get('test-lock')?.unfixed.get('hold-timeout') ?? 0;
-    const before = unfixed();
-    const client = await RawClient.connect(env.proxy.port);
-    client.write(cmd('MULTI'));
-    // Without a release the script way would wait for the rest of the block forever.
-    expect((await client.readReplies(1, 1000)).toString()).toBe('+OK\r\n');
-    client.write(cmd('INCRBY', key, '1'));
-    expect((await client.readReplies(1)).toString()).toBe('+QUEUED\r\n');
-    client.write(cmd('EXPIRE', key, '60'));
-    expect((await client.readReplies(1)).toString()).toBe('+QUEUED\r\n');
-    client.write(cmd('EXEC'));
-    expect((await client.readReplies(1)).toString()).toBe('*2\r\n:2\r\n:1\r\n');
-    await client.close();
-    const nx = autoWay() === 'transaction';
-    expect((await pttl(key)) > 5000).toBe(!nx);
-    expect(unfixed()).toBe(before + (nx ? 0 : 1));
-    if (!nx) expect(env.proxy.stats.releases.get('hold-timeout')).toBeGreaterThanOrEqual(1);
-    await adminCall('DEL', key);
-  });
+  it.each([
+    { method: 'auto', proxy: (): TestProxy => env.proxy },
+    { method: 'script', proxy: (): TestProxy => scripted as TestProxy },
+  ] as const)(
+    'a block typed one command at a time ($method): fixed inside the transaction; on the script way released at the hold deadline and run as sent',
+    async ({ method, proxy }) => {
+      await adminCall('SET', key, '1', 'PX', '5000');
+      const unfixed = () => proxy().stats.byRule.get('test-lock')?.unfixed.get('hold-timeout') ?? 0;
+      const before = unfixed();
+      const client = await RawClient.connect(proxy().port);
+      const releases = proxy().stats.releases.get('hold-timeout') ?? 0;
+      client.write(cmd('MULTI'));
+      // Without a release the script way would wait for the rest of the block forever.
+      expect((await client.readReplies(1, 1000)).toString()).toBe('+OK\r\n');
+      // Nothing waits inside the client's transaction: the MULTI went at once, not at the script way's hold deadline.
+      if (method === 'auto') expect(proxy().stats.releases.get('hold-timeout') ?? 0).toBe(releases);
+      client.write(cmd('INCRBY', key, '1'));
+      expect((await client.readReplies(1)).toString()).toBe('+QUEUED\r\n');
+      client.write(cmd('EXPIRE', key, '60'));
+      expect((await client.readReplies(1)).toString()).toBe('+QUEUED\r\n');
+      client.write(cmd('EXEC'));
+      expect((await client.readReplies(1)).toString()).toBe('*2\r\n:2\r\n:1\r\n');
+      await client.close();
+      const fixed = method === 'auto';
+      expect((await pttl(key)) > 5000).toBe(!fixed);
+      expect(unfixed()).toBe(before + (fixed ? 0 : 1));
+      if (!fixed) expect(proxy().stats.releases.get('hold-timeout')).toBeGreaterThanOrEqual(1);
+      await adminCall('DEL', key);
+    },
+  );
 
   it('still matches a block that trickles in slower than the deadline overall, but byte by byte faster', async () => {
     const client = await RawClient.connect(env.proxy.port);

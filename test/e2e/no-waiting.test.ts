@@ -14,7 +14,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestProxy, startTransactionProxy, versionAskedAhead, type TestProxy } from '../support/proxy.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { cmd, RawClient } from '../support/resp.js';
-import { serverFacts } from '../support/server-facts.js';
 
 /** A hold deadline far above what the tests wait, so that a release before it is the proxy's own decision. */
 const HOLD_MS = 10_000;
@@ -34,7 +33,7 @@ let proxyQuiet: TestProxy;
 let proxyLocked: TestProxy;
 /** The script way, which holds a MULTI until its block matches or cannot. */
 let proxyScript: TestProxy;
-/** The transaction way, which holds nothing (on a server with EXPIRE ... NX; none before 7.0). */
+/** Inside the client's transaction, which holds nothing: with NX, or before 7.0 auto's expiry script. */
 let proxyStreaming: TestProxy | undefined;
 let admin: RawClient;
 let quietAdmin: RawClient;
@@ -49,7 +48,9 @@ beforeAll(async () => {
   ]);
   [proxyScript, proxyStreaming] = await Promise.all([
     startTestProxy({ upstream: quiet.url, holdMs: HOLD_MS, lockMethod: 'script' }),
-    startTransactionProxy({ upstream: open.url, holdMs: HOLD_MS }),
+    startTransactionProxy({ upstream: open.url, holdMs: HOLD_MS }).then(
+      async (proxy) => proxy ?? (await startTestProxy({ upstream: open.url, holdMs: HOLD_MS })),
+    ),
   ]);
   [admin, quietAdmin] = await Promise.all([RawClient.connect(open.port), RawClient.connect(quiet.port)]);
   // What Redis reads is counted below: the version asked ahead is asked before.
@@ -168,9 +169,8 @@ describe('unfinished requests reach Redis as they arrive', () => {
   });
 });
 
-describe('a lock block on the transaction way: nothing held', () => {
-  it('MULTI and the increment are answered as they come; only an expiry frame not yet whole waits, as in Redis', async (test) => {
-    test.skip(...(await serverFacts(admin)).skipUnless('expire-nx'));
+describe('a lock block inside the transaction (NX, or the expiry script before 7.0): nothing held', () => {
+  it('MULTI and the increment are answered as they come; only an expiry frame not yet whole waits, as in Redis', async () => {
     await admin.call('SET', 'lock:t', '1', 'EX', '100');
     const streaming = proxyStreaming as TestProxy;
     const client = await RawClient.connect(streaming.port);

@@ -5,24 +5,14 @@
  * changes the key (the increment fails on a key of another type, which keeps its expiry) do
  * they see nothing, where directly the re-armed expiry would have touched it.
  */
-import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { proxyPerLockWay } from '../support/lock-ways.js';
 import { redisWithAdmin } from '../support/redis-and-proxy.js';
 import { cmd, exchange, RawClient } from '../support/resp.js';
-import { serverFacts, type ServerFacts } from '../support/server-facts.js';
 import { lockAttempt } from '../support/stalwart.js';
 
 const env = redisWithAdmin();
 const proxies = proxyPerLockWay(() => env.redis.url);
-let facts: ServerFacts;
-beforeAll(async () => {
-  facts = await serverFacts(env.admin);
-});
-
-/** The transaction way where the server has no EXPIRE ... NX (before Redis 7.0) cannot be: skipped, with the reason. */
-function skipUnlessServerHas(ctx: TestContext, target: (typeof TARGETS)[number]): void {
-  if (target.name === 'transaction') ctx.skip(...facts.skipUnless('expire-nx'));
-}
 
 const key = 'lock:seen'; // a key the test rules name
 const call = (...args: string[]): Promise<string> => env.admin.call(...args);
@@ -63,8 +53,7 @@ describe('keyspace events', () => {
   });
 
   for (const target of TARGETS) {
-    it(`${target.name}: the creating attempt emits incrby and expire; a contender's, ${target.name === 'directly' ? 'incrby and expire again' : 'incrby only'}`, async (ctx) => {
-      skipUnlessServerHas(ctx, target);
+    it(`${target.name}: the creating attempt emits incrby and expire; a contender's, ${target.name === 'directly' ? 'incrby and expire again' : 'incrby only'}`, async () => {
       expect(await eventsOfAttempt(target.port())).toEqual(['incrby', 'expire']);
       expect(await eventsOfAttempt(target.port())).toEqual(target.name === 'directly' ? ['incrby', 'expire'] : ['incrby']);
     });
@@ -102,16 +91,14 @@ async function trackingInvalidated(port: number): Promise<boolean> {
 
 describe('WATCH and client-side caching', () => {
   for (const target of TARGETS) {
-    it(`${target.name}: a contender's increment changes the key, so WATCH and tracking see it`, async (ctx) => {
-      skipUnlessServerHas(ctx, target);
+    it(`${target.name}: a contender's increment changes the key, so WATCH and tracking see it`, async () => {
       await call('FLUSHALL');
       await call('SET', key, '1', 'EX', '100');
       expect(await watchTripped(target.port())).toBe(true);
       expect(await trackingInvalidated(target.port())).toBe(true);
     });
 
-    it(`${target.name}: a key of another type with an expiry: ${target.name === 'directly' ? 'the re-armed expiry touches it' : 'nothing touches it'}`, async (ctx) => {
-      skipUnlessServerHas(ctx, target);
+    it(`${target.name}: a key of another type with an expiry: ${target.name === 'directly' ? 'the re-armed expiry touches it' : 'nothing touches it'}`, async () => {
       for (const check of [watchTripped, trackingInvalidated]) {
         await call('FLUSHALL');
         await call('RPUSH', key, 'x');

@@ -2,7 +2,7 @@
  * The vitest projects that run the suite's version-dependent tests against a server line built
  * from source (.ci/redis-servers.sh, found by server-builds.ts), as the per-image projects of
  * test/containers/support/plan.ts do against images: `redis-6.0`, the line before 7.0, which
- * has no `EXPIRE ... NX`, so that `--lock-method auto` takes the script way there.
+ * has no `EXPIRE ... NX`, so that `--lock-method auto` takes the transaction-script way there.
  *
  * A project puts the tree's `src/` (its redis-server and redis-cli) first on the PATH of its
  * test processes, so that every server a test starts is of that line; server-line-setup.ts
@@ -69,7 +69,11 @@ export const SERVER_LINE_TEST_FILES: ReadonlyArray<readonly [file: string, why: 
   ['test/e2e/closed-sessions.test.ts', 'sessions freed whatever this server answers (RESET, HELLO)'],
   ['test/e2e/least-privilege.test.ts', "the README's least-privilege user for the script way"],
   ['test/e2e/lock-method-choice.test.ts', '--lock-method transaction refused, and the script way said, before EXPIRE ... NX'],
-  ['test/e2e/fixed-transaction-replies.test.ts', 'WATCH ended by an EXEC this server refuses, before the script way'],
+  [
+    'test/e2e/fixed-transaction-replies.test.ts',
+    "a fixed transaction's EXEC reply, streamed with the expiry script's elements cut and restored; WATCH ended by a refused EXEC",
+  ],
+  ['test/e2e/in-transaction.test.ts', 'nothing waits and typed blocks are fixed with the expiry script; users refused EVAL or EXPIRE'],
   ['test/e2e/transparency.test.ts', "this server's own replies, to commands it lacks too (GETDEL, RESET), byte for byte"],
   ['test/e2e/no-waiting.test.ts', "this server's own limits on unfinished and oversized requests"],
   ['test/e2e/ioredis-and-redis-cli.test.ts', "ioredis's and this line's redis-cli's traffic, lock blocks included"],
