@@ -117,3 +117,37 @@ export function countedApart<T extends { readonly stats: Stats }>(settings: T, i
     stats: { get: () => (isVerify() ? settings.stats.verify : settings.stats) },
   }) as T;
 }
+
+/**
+ * Whether one connection is verify's, as its CLIENT SETNAME names it (a later name of another
+ * kind ends it): its lock blocks are then counted apart (`counting`) and logged as verify's (`log`).
+ */
+export class VerifyConnection<T extends { readonly stats: Stats }> {
+  private named = false;
+  /** The logger for a verify connection's blocks, made when first needed. */
+  private verifyLog: Logger | undefined;
+  /** The settings the connection's lock blocks are counted with. */
+  readonly counting: T;
+
+  constructor(
+    settings: T & { readonly verifyRuns: VerifyRuns },
+    private readonly base: Logger,
+  ) {
+    this.counting = countedApart<T>(settings, () => this.named);
+    this.runs = settings.verifyRuns;
+  }
+
+  private readonly runs: VerifyRuns;
+
+  /** A CLIENT frame passes, its head in `scanner`. */
+  client(scanner: RequestScanner): void {
+    this.named = this.runs.named(scanner) ?? this.named;
+  }
+
+  /** The log for lines about this connection's lock blocks: verify's say so. */
+  get log(): Logger {
+    if (!this.named) return this.base;
+    this.verifyLog ??= verifyLogger(this.base);
+    return this.verifyLog;
+  }
+}

@@ -96,7 +96,7 @@ function flow() {
     sent: Buffer.concat(sent).toString('latin1'),
     expected: replies.expected,
     holding: requests.holding,
-    piping: requests.piping,
+    piping: requests.pipe.active,
     commandsForwarded: stats.commandsForwarded,
     blocksSeen: stats.blocksSeen,
     blocksRewritten: stats.blocksRewritten,

@@ -23,7 +23,9 @@ import { BLOCK_COMMANDS } from '../lock/block-shape.js';
 import { conditionalExpiry, expiryProbe } from '../lock/expiry-script.js';
 import type { StreamedBlocks, UnfixedReason } from '../lock/streamed-blocks.js';
 import type { Logger } from '../log.js';
+import { Cmd } from '../resp/commands.js';
 import { encodeCommand } from '../resp/encode.js';
+import type { RequestScanner } from '../resp/request-scanner.js';
 import type { ReplyStream } from './reply-stream.js';
 import type { TransactionState } from './transaction-state.js';
 
@@ -102,10 +104,13 @@ export class ExpirySubstitution {
 
   /**
    * Sends the copy of the expiry and the script in place of `expiry` (the client's whole frame,
-   * `command` key ttl); the caller holds the client's next bytes until resumeClient().
+   * whose head `scanner` holds: [P]EXPIRE key ttl); the caller holds the client's next bytes until
+   * resumeClient(). `increment`: the pair's increment, to be sent again.
    */
-  send(expiry: Buffer, milliseconds: boolean, key: Buffer, ttl: Buffer, increment: Buffer): void {
-    const command = milliseconds ? BLOCK_COMMANDS.PEXPIRE : BLOCK_COMMANDS.EXPIRE;
+  send(expiry: Buffer, scanner: RequestScanner, increment: Buffer): void {
+    const command = scanner.cmd === Cmd.Pexpire ? BLOCK_COMMANDS.PEXPIRE : BLOCK_COMMANDS.EXPIRE;
+    const key = scanner.key.subarray(0, scanner.keyLength);
+    const ttl = scanner.value.subarray(0, scanner.valueLength);
     const inFlight: InFlight = { expiry: Buffer.from(expiry), increment, afterAsking: this.multiAfterAsking, probe: null };
     this.inFlight = inFlight;
     this.port.writeUpstream(expiryProbe(command, key));

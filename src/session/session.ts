@@ -335,7 +335,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** No bytes either way for --idle-timeout-ms: close, unless a reply is pending or the connection is subscribed. */
   private onIdle(): void {
-    if (this.replies.pending || this.awaiting !== null || this.requests.piping) return;
+    if (this.replies.pending || this.awaiting !== null || this.requests.pipe.active) return;
     this.log.debug('closing idle connection');
     this.destroy();
   }
@@ -349,7 +349,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private closeIfDrained(): void {
     if (!this.draining || this.closed) return;
     const inFlight = this.replies.pending || this.awaiting !== null || this.requests.holding;
-    if (this.replies.capturing || (!this.requests.piping && inFlight)) return;
+    if (this.replies.capturing || (!this.requests.pipe.active && inFlight)) return;
     this.endClient();
     this.toUpstream.flush();
     this.upstream.end();
@@ -560,7 +560,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** A reply is due from Redis: one whose command is whole upstream (not the one the client is still sending). */
   get awaitingReply(): boolean {
-    return !this.requests.piping && !this.closing && this.replies.dueBeyond(this.requests.replyAwaitsRestOfFrame ? 1 : 0);
+    return !this.requests.pipe.active && !this.closing && this.replies.dueBeyond(this.requests.replyAwaitsRestOfFrame ? 1 : 0);
   }
 
   /** --upstream-timeout-ms passed with a reply due and nothing from Redis: closed as a network failure would. */
