@@ -1,5 +1,3 @@
-import type { LockMethod } from './lock/lock-method.js';
-
 /**
  * Process-wide counters. The hot path only increments plain numbers here;
  * the admin server reads them when /metrics is scraped (src/admin/metrics.ts),
@@ -63,8 +61,8 @@ export class Stats {
   blocksSeen = 0;
   /** Blocks sent with the fix (either way). */
   blocksRewritten = 0;
-  /** Blocks sent with the fix, by the way they were sent. */
-  readonly rewrittenBy: Record<LockMethod, number> = { transaction: 0, 'transaction-script': 0, script: 0 };
+  /** Blocks sent with the fix, by the way they were sent (lock/lock-method.ts LockMethod). */
+  readonly rewrittenBy = { transaction: 0, 'transaction-script': 0, script: 0 };
   /** Blocks whose connection was closed before their replies came: the script's outcome unknown, or a bound. */
   blocksClosed = 0;
   /** Connections closed because a reply to a command of the proxy's own did not come within --own-reply-timeout-ms. */
@@ -141,7 +139,7 @@ export class Stats {
     increment(this.uncovered, label);
   }
 
-  blockRewritten(rule: string, method: LockMethod): void {
+  blockRewritten(rule: string, method: keyof Stats['rewrittenBy']): void {
     this.blocksRewritten++;
     this.rewrittenBy[method]++;
     this.rule(rule).rewritten++;

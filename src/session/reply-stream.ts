@@ -36,6 +36,7 @@ import type { LockBlockRef } from '../lock/block-flow.js';
 import type { ExpiryRestore } from '../lock/exec-reply.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
 import { ErrorLines, type LineWatch } from './error-lines.js';
+import type { Mark } from './reply-marks.js';
 import { SilenceBound } from './silence-bound.js';
 import type { ResetMarker } from './reset-marker.js';
 
@@ -62,41 +63,6 @@ export interface ReplyStreamPort {
   /** An exception on the connection's data path, from a timer or a promise: it ends the session, never the process. */
   fault(error: unknown): void;
 }
-
-/** A point in the reply stream, and how many forwarded replies follow it. */
-type Mark =
-  /**
-   * A reply taken aside: to a command the proxy sent itself (`timed`: bounded by
-   * --own-reply-timeout-ms), or a client's reply the proxy must change (EXEC's, after a lock
-   * pair was fixed; not bounded: Redis answers its client's command in its own time).
-   */
-  | {
-      readonly kind: 'capture';
-      readonly handle: (reply: Buffer) => void;
-      readonly timed: boolean;
-      /** A simple error in its place is passed on as a counted reply, not captured. */
-      readonly errorsPass: boolean;
-      /** The reply carries a lock block's replies (its rule and key). */
-      readonly lock: LockBlockRef | undefined;
-      after: number;
-    }
-  /**
-   * EXEC's reply after lock pairs went with NX: walked as it streams to the client, each expiry's
-   * element restored in place (lock/exec-reply.ts); nothing of it is kept. Not bounded: it is
-   * the client's own command. A reply that is not an array (EXEC refused as a whole, a null) is
-   * Redis's own, passed on as any counted reply.
-   */
-  | { readonly kind: 'restore'; readonly restore: ExpiryRestore; readonly lock: LockBlockRef; after: number }
-  /**
-   * A client's reply passed on as any counted reply, its first byte told to `seen` (whether
-   * Redis opened the transaction a MULTI asked for: `+`).
-   */
-  | { readonly kind: 'peek'; readonly seen: (first: number) => void; after: number }
-  /**
-   * The refusal of the marker command sent right after a client's RESET in a plain pipe:
-   * replies pass uncounted until it, it is dropped, and `found` is told.
-   */
-  | { readonly kind: 'marker'; readonly marker: ResetMarker; readonly found: () => void; after: number };
 
 const EMPTY = Buffer.alloc(0);
 

@@ -1,6 +1,6 @@
 /**
  * What one connection knows of its server: the way its lock blocks go (lock/lock-method.ts), and
- * whether the server has RESET. With --lock-method auto, the server's version is learnt once per
+ * whether the server has RESET; and the question asked ahead for a new address (askWayAhead). With --lock-method auto, the server's version is learnt once per
  * upstream address (ServerMethods, and again after the server closed a connection on its own);
  * where nothing is known yet, HELLO goes on the connection itself, right before the MULTI that
  * needs the answer, which waits for it.
@@ -8,6 +8,7 @@
 import { HELLO, methodFromHello, type LockMethod } from '../lock/lock-method.js';
 import type { Logger } from '../log.js';
 import { encodeCommand } from '../resp/encode.js';
+import { askHello } from '../upstream/probe.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
 import type { TransactionState } from './transaction-state.js';
@@ -107,4 +108,25 @@ export class ServerWay {
     }
     this.port.resumeClient();
   }
+}
+
+/**
+ * With --lock-method auto, the server's version is asked ahead on a connection of the proxy's own
+ * where the address's is not known (lock-method.ts), so that a MULTI seldom waits for it.
+ */
+export function askWayAhead(ctx: ProxyContext, address: string): void {
+  if (ctx.lockMethod === 'script' || ctx.rules().rules.length === 0) return;
+  const { upstream, ownReplyTimeoutMs, log } = ctx;
+  ctx.serverMethods.askAhead(
+    address,
+    async () => {
+      const answer = await askHello(upstream, HELLO, ownReplyTimeoutMs);
+      return answer !== null && answer.address === address ? methodFromHello(answer.reply) : null;
+    },
+    (version) =>
+      log.debug(
+        { upstream: address, server: version.detail, method: version.method, asked: 'ahead' },
+        'lock method chosen from the server version',
+      ),
+  );
 }

@@ -1,15 +1,12 @@
 /**
- * One client connection and its own upstream connection (1:1): their lifecycle (connect,
- * half-close both ways, shutdown, idle timeout) and flow control.
+ * One client connection and its own upstream connection (1:1): their lifecycle (half-close both
+ * ways, shutdown, idle timeout) and what waits for what. The upstream's start is upstream-start.ts,
+ * the client's lingering end client-end.ts, which side pauses which flow-control.ts.
  *
- * Client to server: RequestFlow takes each chunk (request-flow.ts). While a command of the
- * proxy's own is in flight (the server's version, the script, or the upstream URL's AUTH/SELECT
- * at connect and after RESET), client chunks wait here, so Redis executes everything in the
- * order the client sent it, also when the script cannot run.
- *
- * Server to client: ReplyStream counts replies and takes the proxy's own aside; once the
- * connection is a plain pipe, bytes pass untouched. With --cluster, NodeReplies rewrites node
- * addresses.
+ * Client to server: RequestFlow takes each chunk (request-flow.ts); while a command of the proxy's
+ * own is in flight, client chunks wait here, so Redis executes everything in the order the client
+ * sent it. Server to client: ReplyStream counts replies and takes the proxy's own aside; once the
+ * connection is a plain pipe, bytes pass untouched. With --cluster, NodeReplies rewrites addresses.
  */
 import type net from 'node:net';
 import { formatAddress } from '../address.js';
@@ -17,19 +14,17 @@ import { NodeReplies } from '../cluster/node-replies.js';
 import type { Logger } from '../log.js';
 import type { ProxyContext } from './context.js';
 import { ReplyStream, type ReplyStreamPort } from './reply-stream.js';
+import { UpstreamStart, type UpstreamStartPort } from './upstream-start.js';
+import { askWayAhead } from './server-way.js';
 import { RequestFlow, type RequestFlowPort } from './request-flow.js';
-import { HELLO, methodFromHello } from '../lock/lock-method.js';
-import { isReplyTypeByte } from '../resp/reply-scanner.js';
-import { askHello } from '../upstream/probe.js';
 import { UpstreamWatch } from './upstream-watch.js';
+import { ClientEnd } from './client-end.js';
+import { listenGuarded } from './guarded.js';
+import { FlowControl } from './flow-control.js';
 import { DeferredWrites, WriteBatch } from './write-batch.js';
 
 let nextSessionId = 1;
 
-/** How long a client may take to read what Redis sent last, once the connection is closing. */
-const CLOSE_LINGER_MS = 10_000;
-/** How long a client may go on sending after the end of the stream went out, before its connection is cut. */
-const LINGER_AFTER_END_MS = 1_000;
 /**
  * How long the client's bytes wait for Redis to close after QUIT once its reply is in (Redis closes
  * as soon as it has written it), before they go on after all.
@@ -40,10 +35,8 @@ const CLOSE_WAIT_MS = 2_000;
  * connection as soon as it reads its end, so only an upstream that is not Redis keeps it longer.
  */
 const UPSTREAM_CLOSE_WAIT_MS = 10_000;
-/** Bytes of what a non-RESP upstream sent first that the client's error shows. */
-const NOT_RESP_SHOWN = 16;
 
-export class Session implements RequestFlowPort, ReplyStreamPort {
+export class Session implements RequestFlowPort, ReplyStreamPort, UpstreamStartPort {
   readonly id = nextSessionId++;
   /** The upstream address dialled (the master of the moment, with sentinel). */
   readonly upstreamAddress: string;
@@ -51,9 +44,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private readonly upstream: net.Socket;
   private readonly requests: RequestFlow;
   private readonly replies: ReplyStream;
-  private connected = false;
   private closed = false;
-  private readonly connectStarted = performance.now();
   /** Shutting down: close as soon as nothing is in flight. */
   private draining = false;
   /** Client chunks that arrived while the proxy's own command was in flight. */
@@ -66,28 +57,23 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private clientEnded = false;
   /** The connection is closing (Redis closed it, or the proxy does): nothing more goes upstream; what the client sends is dropped. */
   private closing = false;
-  private upstreamFull = false;
-  private clientFull = false;
-  /** Replies wait behind a redirect line (with --cluster): reading from Redis pauses. */
-  private repliesHeld = false;
   /**
-   * The lingering close's deadline for the client (endClient), and when it falls. Every timer a
-   * session starts is cleared when its connection closes: a timer's closure would keep the whole
-   * session (both sockets, the scanners, their buffers) alive until it fires.
+   * The lingering close of the client's side (client-end.ts). Every timer a session starts is
+   * cleared when its connection closes: a timer's closure would keep the whole session (both
+   * sockets, the scanners, their buffers) alive until it fires.
    */
-  private cutOff: NodeJS.Timeout | undefined;
-  private cutOffAt = Number.POSITIVE_INFINITY;
+  private readonly clientEnd: ClientEnd;
   /**
    * How long the client's bytes wait for Redis's close after QUIT (awaitClose), or the upstream
    * after the client's end, or after the session closed with its end on the way to Redis.
    */
   private closeWait: NodeJS.Timeout | undefined;
-  /** Reading from Redis is paused (the client is slow to read, or replies wait behind a line). */
-  private upstreamPaused = false;
+  /** Which side pauses which (flow-control.ts). */
+  private readonly flow: FlowControl;
   /** A fault ended the session (fault()). */
   private faulted = false;
-  /** Nothing from Redis yet: its first bytes must be RESP. */
-  private upstreamSilentSoFar = true;
+  /** The connect, the URL's AUTH/SELECT, and the refusals when they fail (upstream-start.ts). */
+  private readonly start: UpstreamStart;
   /** --upstream-timeout-ms, when set. */
   private readonly watch: UpstreamWatch | null;
   /** Writes made while one chunk is processed leave together. */
@@ -102,15 +88,27 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   ) {
     ctx.stats.connectionsOpen++;
     ctx.stats.connectionsTotal++;
-    this.toClient = new WriteBatch(client, (bytes) => this.sendClient(bytes));
+    this.toClient = new WriteBatch(client, (bytes) => this.flow.toClient(bytes));
+    this.clientEnd = new ClientEnd(client, () => this.toClient.flush());
     const { socket, readyEvent, address, host, ownReads } = ctx.upstream.connect({
       receive: (bytes) => this.onOwnRead(bytes),
       writeRefused: (error) => this.onUpstreamWriteRefused(error),
     });
     this.upstream = socket;
     this.upstreamAddress = address;
+    this.flow = new FlowControl(
+      client,
+      socket,
+      () => this.updateFlow(),
+      (paused) => {
+        // No bound blames Redis while the proxy itself does not read what Redis sends.
+        this.replies.readsPaused(paused);
+        this.watch?.pause(paused);
+        if (!paused) this.awaitCloseOnceAnswered();
+      },
+    );
     // Deferred: what Redis sent before it closed is read before more is written to it (write-batch.ts).
-    this.toUpstream = new DeferredWrites(socket, (bytes) => this.sendUpstream(bytes));
+    this.toUpstream = new DeferredWrites(socket, (bytes) => this.flow.toUpstream(bytes));
     const nodes = ctx.cluster ? new NodeReplies(ctx.cluster, client, host, ctx.upstream.target.tls, ctx.stats) : null;
     this.replies = new ReplyStream(this, nodes?.redirects ?? null, ctx.ownReplyTimeoutMs);
     this.requests = new RequestFlow(this, this.replies, ctx, nodes);
@@ -118,7 +116,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     if (ctx.log.isLevelEnabled('debug')) this.log.debug({ upstream: address }, 'client connected');
 
     socket.setTimeout(ctx.connectTimeoutMs);
-    socket.on(readyEvent, () => this.onUpstreamConnect());
+    this.start = new UpstreamStart(this, socket, address, this.replies, ctx);
+    socket.on(readyEvent, () => this.start.ready());
     this.startSetup();
     if (ctx.idleTimeoutMs > 0) {
       client.setTimeout(ctx.idleTimeoutMs);
@@ -130,38 +129,21 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
       if (ctx.log.isLevelEnabled('debug')) this.log.debug({ err: err.message }, 'client socket error');
     });
     client.on('close', () => {
-      clearTimeout(this.cutOff); // the lingering close is over
+      this.clientEnd.stop();
       this.onClose();
     });
-    this.listen(client, 'drain', () => this.drained('client'));
-    socket.on('timeout', () => this.onUpstreamTimeout());
+    this.listen(client, 'drain', () => this.flow.drained('client'));
+    socket.on('timeout', () => this.start.timedOut());
     if (!ownReads) this.listen(socket, 'data', (chunk: Buffer) => this.onUpstreamData(chunk));
     this.listen(socket, 'end', () => this.onUpstreamEnd());
     this.listen(socket, 'error', (err: Error) => this.onUpstreamError(err));
     socket.on('close', () => this.onClose());
-    this.listen(socket, 'drain', () => this.drained('upstream'));
+    this.listen(socket, 'drain', () => this.flow.drained('upstream'));
   }
 
-  /** A side that was full took what was written: the other side may go on. */
-  private drained(side: 'client' | 'upstream'): void {
-    if (side === 'client') this.clientFull = false;
-    else this.upstreamFull = false;
-    this.updateFlow();
-  }
-
-  /**
-   * Listens to `event` so that an exception in `handle` ends this session (fault), never the
-   * process: a reply or request the proxy cannot handle fails one connection, as in Envoy a fault
-   * fails one stream.
-   */
+  /** Listens to `event` so that an exception in `handle` ends this session (fault), never the process (guarded.ts). */
   private listen<A extends unknown[]>(emitter: net.Socket, event: string, handle: (...args: A) => void): void {
-    emitter.on(event, (...args: A) => {
-      try {
-        handle(...args);
-      } catch (error) {
-        this.fault(error);
-      }
-    });
+    listenGuarded(emitter, event, handle, (error) => this.fault(error));
   }
 
   /**
@@ -201,75 +183,17 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** Sends AUTH/SELECT from the upstream URL, if any; client bytes wait for their replies. Returns true if sent. */
   startSetup(): boolean {
-    const commands = this.ctx.upstream.setup;
-    if (commands.length === 0) return false;
+    return this.start.sendSetup();
+  }
+
+  /** The client's bytes wait for the upstream URL's AUTH/SELECT to be answered. */
+  awaitSetup(): void {
     this.awaiting = 'setup';
-    for (const command of commands) {
-      this.writeUpstream(command);
-      this.replies.capture((reply) => this.onSetupReply(reply));
-    }
     this.updateFlow();
-    return true;
-  }
-
-  private onSetupReply(reply: Buffer): void {
-    if (reply[0] !== 0x2b /* + */ && reply[0] !== 0x2d /* - */) {
-      // AUTH and SELECT answer +OK or an error: anything else is another command's reply.
-      this.lost(`AUTH/SELECT answered with a reply of type ${JSON.stringify(String.fromCharCode(reply[0]))}`);
-      return;
-    }
-    if (reply[0] === 0x2d /* - */) {
-      const message = reply.toString('latin1').trim().slice(1, 200);
-      this.log.error({ upstream: this.ctx.upstream.describe(), error: message }, 'upstream rejected the connection setup');
-      this.refuseClient(`upstream ${this.ctx.upstream.describe()} rejected the proxy's AUTH/SELECT: ${message}`);
-      return;
-    }
-    if (!this.replies.capturing) this.resumeClient();
-  }
-
-  private onUpstreamConnect(): void {
-    this.connected = true;
-    this.upstream.setTimeout(0);
-    this.ctx.stats.upstreamConnected((performance.now() - this.connectStarted) / 1000);
-    this.askServerMethodAhead();
-  }
-
-  /**
-   * With --lock-method auto, the server's version is asked ahead on a connection of the proxy's
-   * own where the address's is not known (lock-method.ts), so that a MULTI seldom waits for it.
-   */
-  private askServerMethodAhead(): void {
-    const ctx = this.ctx;
-    if (ctx.lockMethod === 'script' || ctx.rules().rules.length === 0) return;
-    const { upstream, ownReplyTimeoutMs, log } = ctx;
-    const address = this.upstreamAddress;
-    ctx.serverMethods.askAhead(
-      address,
-      async () => {
-        const answer = await askHello(upstream, HELLO, ownReplyTimeoutMs);
-        return answer !== null && answer.address === address ? methodFromHello(answer.reply) : null;
-      },
-      (version) =>
-        log.debug(
-          { upstream: address, server: version.detail, method: version.method, asked: 'ahead' },
-          'lock method chosen from the server version',
-        ),
-    );
-  }
-
-  private onUpstreamTimeout(): void {
-    if (this.connected) return;
-    this.upstream.destroy(new Error(`connect timed out after ${this.ctx.connectTimeoutMs} ms`));
   }
 
   private onUpstreamError(err: Error): void {
-    if (!this.connected) {
-      this.ctx.serverMethods.forget(this.upstreamAddress); // the server may be restarting
-      this.ctx.stats.upstreamConnectFailures++;
-      this.ctx.refusals.refused(this.ctx.upstream.describe(), this.upstreamAddress, err.message);
-      this.refuseClient(`upstream ${this.ctx.upstream.describe()} is unreachable: ${err.message}`);
-      return;
-    }
+    if (!this.start.connected) return this.start.failed(err);
     // A reset after Redis's last reply is how Redis closes when bytes it never read were arriving.
     this.log.debug({ upstream: this.upstreamAddress, err: err.message }, 'upstream connection closed with an error');
     this.onUpstreamEnd();
@@ -297,7 +221,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     // Redis closed on its own (a restart, a failover, CLIENT KILL): the server behind the address may change.
     if (!this.clientEnded && this.awaiting !== 'close') {
       this.ctx.serverMethods.forget(this.upstreamAddress);
-      this.askServerMethodAhead();
+      askWayAhead(this.ctx, this.upstreamAddress);
     }
     this.toUpstream.discard();
     this.stalled = [];
@@ -306,31 +230,11 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.endClient();
   }
 
-  /**
-   * Closes the client side as Redis does after its last reply, but so that the client reads it:
-   * what was written goes out, then the end of the stream; meanwhile, and until the client closes
-   * too, what it still sends is read and dropped (closing a socket with unread bytes resets the
-   * connection, and a reset can cost the client the reply). A client that has not taken everything
-   * within CLOSE_LINGER_MS, or not closed LINGER_AFTER_END_MS after it did, is cut off.
-   */
+  /** Closes the client side as Redis does after its last reply, but so that the client reads it (client-end.ts). */
   private endClient(last?: string): void {
     this.closing = true;
     this.updateFlow();
-    if (this.client.writableEnded) return;
-    this.toClient.flush();
-    if (last !== undefined) this.client.write(last);
-    this.client.end(() => this.cutOffWithin(LINGER_AFTER_END_MS));
-    this.cutOffWithin(CLOSE_LINGER_MS);
-  }
-
-  /** The client is cut off within `ms` from now, unless it closes first (or an earlier deadline stands). */
-  private cutOffWithin(ms: number): void {
-    const at = performance.now() + ms;
-    if (at >= this.cutOffAt || this.client.destroyed) return;
-    clearTimeout(this.cutOff);
-    this.cutOffAt = at;
-    this.cutOff = setTimeout(() => this.client.destroy(), ms);
-    this.cutOff.unref();
+    this.clientEnd.end(last);
   }
 
   /** No bytes either way for --idle-timeout-ms: close, unless a reply is pending or the connection is subscribed. */
@@ -361,22 +265,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     this.upstream.destroy();
   }
 
-  /** What Redis sent first is not RESP (an HTTP server, a TLS port spoken to in clear): nothing it says can be passed on. */
-  private notResp(first: Buffer): void {
-    const shown = JSON.stringify(
-      first
-        .subarray(0, NOT_RESP_SHOWN)
-        .toString('latin1')
-        .replace(/[^\x20-\x7e]/g, '?'),
-    );
-    const reason = `does not speak RESP (it answered ${shown}...)`;
-    this.ctx.stats.upstreamNotResp++;
-    this.ctx.refusals.refused(this.ctx.upstream.describe(), this.upstreamAddress, reason, 'upstream does not speak RESP');
-    this.refuseClient(`upstream ${this.ctx.upstream.describe()} ${reason}`);
-  }
-
   /** Tells the client why it cannot be served, as a RESP error, and closes its connection. */
-  private refuseClient(message: string): void {
+  refuseClient(message: string): void {
     const oneLine = message.replace(/[\r\n]+/g, ' ');
     this.endClient(`-ERR redis-lock-proxy: ${oneLine}\r\n`);
     this.upstream.destroy();
@@ -424,8 +314,8 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
    * off after UPSTREAM_CLOSE_WAIT_MS.
    */
   private lingerUpstream(): void {
-    this.clientFull = false;
-    this.repliesHeld = false;
+    this.flow.clientFull = false;
+    this.flow.repliesHeld = false;
     this.updateFlow();
     this.closeWait = unrefTimer(() => this.upstream.destroy(), UPSTREAM_CLOSE_WAIT_MS);
   }
@@ -444,34 +334,9 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
     if (bytes.length > 0 && !this.client.writableEnded) this.toClient.add(bytes);
   }
 
-  private sendUpstream(bytes: Buffer): void {
-    if (!this.upstream.write(bytes)) {
-      this.upstreamFull = true;
-      this.updateFlow();
-    }
-  }
-
-  private sendClient(bytes: Buffer): void {
-    if (!this.client.write(bytes)) {
-      this.clientFull = true;
-      this.updateFlow();
-    }
-  }
-
   /** A slow side pauses the other; a command of the proxy's in flight pauses the client. */
   private updateFlow(): void {
-    if ((this.awaiting !== null || this.upstreamFull) && !this.closing) this.client.pause();
-    else this.client.resume();
-    const pause = this.clientFull || this.repliesHeld;
-    if (pause) this.upstream.pause();
-    else this.upstream.resume();
-    if (pause !== this.upstreamPaused) {
-      // No bound blames Redis while the proxy itself does not read what Redis sends.
-      this.upstreamPaused = pause;
-      this.replies.readsPaused(pause);
-      this.watch?.pause(pause);
-      if (!pause) this.awaitCloseOnceAnswered();
-    }
+    this.flow.update(this.awaiting !== null, this.closing);
   }
 
   // ------------------------------- what RequestFlow and ReplyStream ask (their ports)
@@ -495,7 +360,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
 
   /** After QUIT, once its reply is in and the proxy reads: Redis closes within CLOSE_WAIT_MS, or what waited goes on. */
   private awaitCloseOnceAnswered(): void {
-    if (this.awaiting !== 'close' || this.closeWait !== undefined || this.replies.pending || this.upstreamPaused) return;
+    if (this.awaiting !== 'close' || this.closeWait !== undefined || this.replies.pending || this.flow.upstreamPaused) return;
     this.closeWait = unrefTimer(() => {
       // Redis did not close (a server that reads on): forward what waited, in order.
       if (this.awaiting === 'close' && !this.closing) this.resumeClient();
@@ -538,7 +403,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   }
 
   repliesWaiting(waiting: boolean): void {
-    this.repliesHeld = waiting;
+    this.flow.repliesHeld = waiting;
     this.updateFlow();
     if (!waiting && this.draining) this.closeIfDrained();
   }
@@ -609,11 +474,7 @@ export class Session implements RequestFlowPort, ReplyStreamPort {
   private onUpstreamData(chunk: Buffer): void {
     this.ctx.stats.bytesFromUpstream += chunk.length;
     if (this.closed) return; // the client is gone: read only to see Redis's close (lingerUpstream)
-    if (this.upstreamSilentSoFar) {
-      this.upstreamSilentSoFar = false;
-      // A newline is what a master sends a replica (SYNC) while its snapshot is being made.
-      if (!isReplyTypeByte(chunk[0]) && chunk[0] !== 0x0a) return this.notResp(chunk);
-    }
+    if (!this.start.speaksResp(chunk)) return;
     if (this.replies.passingThrough) {
       this.writeClient(chunk);
     } else {
