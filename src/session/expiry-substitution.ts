@@ -77,11 +77,18 @@ export class ExpirySubstitution {
   ) {}
 
   /**
-   * A MULTI that opened a transaction went upstream: its answer is peeked at, and counted (the
-   * caller expects no reply for it). A refusal means no transaction: the state says so.
+   * A MULTI that opened a transaction went upstream; its reply is counted here (the caller expects
+   * none for it). On this way (`peeked`) its answer is looked at: a refusal means no transaction,
+   * and the state says so. Elsewhere it is not, and no pair of its transaction goes as the script
+   * (the server's way was learnt between the MULTI and the pair).
    */
-  multiSent(afterAsking: boolean): void {
+  multiSent(afterAsking: boolean, peeked: boolean): void {
     const generation = ++this.generation;
+    if (!peeked) {
+      this.multi = 'none';
+      this.replies.expect(1);
+      return;
+    }
     this.multi = 'pending';
     this.multiAfterAsking = afterAsking;
     this.replies.peek((first) => {

@@ -474,7 +474,7 @@ export class RequestFlow {
     this.ctx.stats.commandsForwarded++;
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
     if (rewrite !== undefined || fixed !== null) this.lockReplies.announce(fixed, rewrite);
-    else if (tx.opened && this.server.method() === 'transaction-script') this.substitution.multiSent(afterAsking);
+    else if (tx.opened) this.substitution.multiSent(afterAsking, this.server.method() === 'transaction-script');
     else if (outcome !== 'queued-script') this.replies.expect(1); // the substitution's replies are its own
     if (tx.closed && this.pipeAfterExec !== null) {
       // What was queued runs only at EXEC (DISCARD and RESET ran none of it).
