@@ -3,7 +3,8 @@
  * MONITOR, CLIENT REPLY, REPLCONF, replication, malformed input), bytes pass untouched both ways.
  * A RESET ends such a pipe, as it ends all of that in Redis, except after replication or
  * malformed input; frames are therefore still found in the pipe, to count replies again after a
- * RESET and apply the upstream URL's AUTH/SELECT again.
+ * RESET and apply the upstream URL's AUTH/SELECT again. Outside a pipe, the URL's AUTH/SELECT
+ * follow a RESET once it has run too (afterReset).
  */
 import { Cmd } from '../resp/commands.js';
 import { END, HEAD, MALFORMED, type RequestScanner } from '../resp/request-scanner.js';
@@ -86,6 +87,20 @@ export class PlainPipe {
       return;
     }
     this.port.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /** Whether the frame whose head `scanner` holds is a RESET that the upstream URL's AUTH/SELECT follow once it has run. */
+  resetBeforeSetup(scanner: RequestScanner): boolean {
+    return scanner.cmd === Cmd.Reset && scanner.argc === 1 && this.server.hasReset() && this.ctx.upstream.setup.length > 0;
+  }
+
+  /**
+   * A RESET's answer, outside a pipe: where it ran (`+RESET`) the URL's AUTH/SELECT go again;
+   * where it was refused (Redis 6.2 checks ACLs on RESET) the connection is as it was, its user
+   * too, and they do not. The client's bytes waited for it.
+   */
+  afterReset(first: number): void {
+    if (first !== 0x2b /* + */ || !this.port.startSetup()) this.port.resumeClient();
   }
 
   /**

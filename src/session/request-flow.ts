@@ -216,21 +216,13 @@ export class RequestFlow {
           this.forwardFrame(null);
         }
         this.quitting = scanner.cmd === Cmd.Quit && !blocks.holding && !this.pipe.active;
-        if (
-          scanner.cmd === Cmd.Reset &&
-          scanner.argc === 1 &&
-          (event & END) !== 0 &&
-          !blocks.holding &&
-          !this.pipe.active &&
-          this.server.hasReset()
-        ) {
-          // RESET logs the connection out and selects db 0: apply the URL's AUTH/SELECT again, after it.
+        if ((event & END) !== 0 && !blocks.holding && !this.pipe.active && this.pipe.resetBeforeSetup(scanner)) {
+          // RESET logs the connection out and selects db 0: the URL's AUTH/SELECT go again once it has
+          // run (afterReset), and the client's next bytes wait for them.
           this.port.writeUpstream(chunk.subarray(from, pos));
-          from = pos;
-          if (this.port.startSetup()) {
-            if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
-            return;
-          }
+          this.port.holdClient();
+          if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
+          return;
         }
         // forwardFrame() may have made the connection a plain pipe.
         if (this.pipe.active) {
@@ -475,6 +467,7 @@ export class RequestFlow {
     const rewrite = this.nodes?.replyRewrite(this.scanner, this.tx);
     if (rewrite !== undefined || fixed !== null) this.lockReplies.announce(fixed, rewrite);
     else if (tx.opened) this.substitution.multiSent(afterAsking, this.server.method() === 'transaction-script');
+    else if (this.pipe.resetBeforeSetup(this.scanner)) this.replies.peek((first) => this.pipe.afterReset(first));
     else if (outcome !== 'queued-script') this.replies.expect(1); // the substitution's replies are its own
     if (tx.closed && this.pipeAfterExec !== null) {
       // What was queued runs only at EXEC (DISCARD and RESET ran none of it).

@@ -841,6 +841,37 @@ describe('credentials and db in the upstream URL', () => {
     }
   });
 
+  // Redis 6.2 checks ACLs on RESET (7.0 does not): a user refused it keeps its connection as it
+  // was, its user and database too. The URL's AUTH/SELECT follow only a RESET that ran; sent after
+  // a refused one, they would make the client the URL's user.
+  it('a RESET Redis refuses leaves the connection its own user and database: no AUTH/SELECT of the URL after it', async (ctx) => {
+    ctx.skip(...facts.skipUnless('reset'));
+    expect(await securedCall('ACL', 'SETUSER', 'noreset', 'reset', 'on', '>pw', '~*', ...facts.allChannels(), '+@all', '-reset')).toBe(
+      '+OK\r\n',
+    );
+    const bytes = Buffer.concat([
+      cmd('AUTH', 'noreset', 'pw'),
+      cmd('SELECT', '5'),
+      cmd('RESET'),
+      cmd('ACL', 'WHOAMI'),
+      cmd('CLIENT', 'INFO'),
+    ]);
+    const direct = await exchange(secured.port, bytes, 5);
+    if (!direct.includes('-NOPERM'))
+      ctx.skip(true, `this server runs RESET for a user refused it (${facts.server}): only Redis 6.2 checks`);
+    const front = await startTestProxy({ upstream: `redis://:secret@127.0.0.1:${secured.port}/3` });
+    try {
+      const proxied = await exchange(front.port, bytes, 5);
+      // CLIENT INFO names the connection's id, address and age: its user and db must be the direct ones.
+      expect(proxied.split('\r\n').slice(0, 5)).toEqual(direct.split('\r\n').slice(0, 5));
+      expect(proxied).toContain('$7\r\nnoreset\r\n');
+      expect(/ db=(\d+) /.exec(proxied)?.[1]).toBe('5');
+      expect(/ user=(\S+) /.exec(proxied)?.[1]).toBe('noreset');
+    } finally {
+      await front.close();
+    }
+  });
+
   it('the ACL user form redis://user:password@host', async () => {
     const front = await startTestProxy({ upstream: `redis://alice:pw@127.0.0.1:${secured.port}` });
     try {
