@@ -224,7 +224,8 @@ function socketsTo(port: number, state?: string): Set<string> {
       const fields = line.trim().split(/\s+/);
       if (fields.length < 4) continue;
       const remotePort = parseInt(fields[2].split(':')[1], 16);
-      if (remotePort === port && (state === undefined ? fields[3] !== '06' /* TIME_WAIT */ : fields[3] === state)) found.add(`${file} ${fields[1]}`);
+      if (remotePort === port && (state === undefined ? fields[3] !== '06' /* TIME_WAIT */ : fields[3] === state))
+        found.add(`${file} ${fields[1]}`);
     }
   }
   return found;
