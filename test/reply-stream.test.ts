@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { LineWatch, PendingLine } from '../src/session/error-lines.js';
 import { ReplyStream, type ReplyStreamPort } from '../src/session/reply-stream.js';
-import { ResetMarker } from '../src/session/reset-marker.js';
+import { ResetMarker, type ResetConditions, type ResetOutcome } from '../src/session/reset-marker.js';
 import { splitAt } from './support/chunks.js';
 
 class FakePort implements ReplyStreamPort {
@@ -45,6 +45,16 @@ function redirectWatch(rewrite: LineWatch['replace']): LineWatch {
     return ['-MOVED ', '-ASK '].some((word) => word.startsWith(text.slice(0, word.length)) || text.startsWith(word));
   };
   return { couldBe, replace: rewrite };
+}
+
+function judged(more: Partial<ResetConditions> = {}): ResetConditions {
+  return { judged: true, skipPending: false, repliesMayBeOff: false, ...more };
+}
+
+/** Redis's refusal of the marker's `index`th command of its own (Redis 7's words, or Redis 6's with a backtick). */
+function refusal(marker: ResetMarker, index = 0, quote = "'", sent: Buffer = marker.command): string {
+  const names = [...sent.toString('latin1').matchAll(/\r\n(redis-lock-proxy-after-reset-[0-9a-f]+)\r\n/g)].map((m) => m[1]);
+  return `-ERR unknown command ${quote}${names[index]}${quote}, with args beginning with: \r\n`;
 }
 
 function feed(stream: ReplyStream, text: string, cuts: number[] = []): void {
@@ -230,14 +240,14 @@ describe('ReplyStream', () => {
 
   describe('the marker after a RESET', () => {
     it('passes what comes before its refusal, drops the refusal wherever the stream seems to be, however split', () => {
-      const marker = new ResetMarker();
-      const name = /\$\d+\r\n(.*)\r\n$/.exec(marker.command.toString('latin1'))?.[1];
       // A message, a script's +RESET, an EXEC array whose element never comes (a queued CLIENT REPLY
       // OFF), RESET's own reply filling it, then the refusal, and a reply counted after it.
       const before = "*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n+RESET\r\n-ERR unknown command 'x'\r\n*2\r\n+RESET\r\n";
-      const text = `${before}-ERR unknown command '${name}', with args beginning with: \r\n+OK\r\n:5\r\n`;
+      const length = `${before}${refusal(new ResetMarker())}+OK\r\n:5\r\n`.length;
       fc.assert(
-        fc.property(fc.array(fc.integer({ min: 1, max: text.length - 1 }), { maxLength: 6 }), (cuts) => {
+        fc.property(fc.array(fc.integer({ min: 1, max: length - 1 }), { maxLength: 6 }), (cuts) => {
+          const marker = new ResetMarker();
+          const text = `${before}${refusal(marker)}+OK\r\n:5\r\n`;
           const port = new FakePort();
           const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
           const own: string[] = [];
@@ -257,18 +267,18 @@ describe('ReplyStream', () => {
     });
 
     it('finds the refusal when the RESET comes after a read that ended anywhere in a frame of the pipe', () => {
-      const marker = new ResetMarker();
-      const name = /\$\d+\r\n(.*)\r\n$/.exec(marker.command.toString('latin1'))?.[1];
       // A subscriber's backlog: messages whose bodies hold bytes that start no frame (`m`), and
       // lines that look like errors inside bulk strings.
       const message = (i: number, body: string): string => `*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$${body.length}\r\n${body}\r\n`;
       const backlog = [message(0, 'm'.repeat(40)), message(1, '-ERR x\r\n'), ':7\r\n', message(2, 'mm')].join('');
-      const text = `${backlog}-ERR unknown command '${name}', with args beginning with: \r\n+OK\r\n`;
+      const length = `${backlog}${refusal(new ResetMarker())}+OK\r\n`.length;
       fc.assert(
         fc.property(
           fc.integer({ min: 1, max: backlog.length }),
-          fc.array(fc.integer({ min: 1, max: text.length - 1 }), { maxLength: 4 }),
+          fc.array(fc.integer({ min: 1, max: length - 1 }), { maxLength: 4 }),
           (reset, cuts) => {
+            const marker = new ResetMarker();
+            const text = `${backlog}${refusal(marker)}+OK\r\n`;
             const port = new FakePort();
             const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
             stream.stopCounting(true); // a pipe (SUBSCRIBE) that a RESET may end
@@ -298,6 +308,149 @@ describe('ReplyStream', () => {
           },
         ),
       );
+    });
+
+    describe('where Redis may refuse the RESET (6.2), tells whether it ran from the line before the refusal', () => {
+      const message = '*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$8\r\n+RESET\r\n\r\n';
+      const push = '>3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n';
+      const monitor = '+1733400000.123456 [0 127.0.0.1:5555] "PING"\r\n';
+      const noperm = "-NOPERM this user has no permissions to run the 'reset' command or its subcommand\r\n";
+      const long = `+${'x'.repeat(600)}\r\n`;
+      const cases: Array<{
+        name: string;
+        conditions: ResetConditions;
+        /** What Redis sends: the client's bytes and the proxy's (`A`, `B`: the markers' refusals; `ON`, `ON-REFUSED`: CLIENT REPLY ON's answer). */
+        stream: string[];
+        outcome: ResetOutcome;
+      }> = [
+        { name: 'ran', conditions: judged(), stream: [message, '+RESET\r\n', 'A'], outcome: 'ran' },
+        {
+          name: 'refused by ACL',
+          conditions: judged(),
+          stream: ['+RESET\r\n', message, noperm, push, message, monitor, 'A'],
+          outcome: 'refused',
+        },
+        {
+          name: 'refused, -BUSY',
+          conditions: judged(),
+          stream: ['+RESET\r\n', '-BUSY Redis is busy running a script.\r\n', 'A'],
+          outcome: 'refused',
+        },
+        {
+          name: 'refused, a long line last',
+          conditions: judged(),
+          stream: ['+RESET\r\n', `-${'y'.repeat(600)}\r\n`, long, 'A'],
+          outcome: 'refused',
+        },
+        { name: 'after SKIP', conditions: judged({ skipPending: true }), stream: [message, '+RESET\r\n', 'A'], outcome: 'unknown' },
+        {
+          name: 'ran, replies may be off',
+          conditions: judged({ repliesMayBeOff: true }),
+          stream: ['+RESET\r\n', 'A', 'ON', 'B'],
+          outcome: 'ran',
+        },
+        {
+          name: 'refused, replies were on after all',
+          conditions: judged({ repliesMayBeOff: true }),
+          stream: ['+OK\r\n', noperm, 'A', monitor, push, 'ON', monitor, 'B'],
+          outcome: 'refused',
+        },
+        {
+          name: 'refused, CLIENT refused in subscribed mode',
+          conditions: judged({ repliesMayBeOff: true }),
+          stream: [noperm, message, 'A', message, 'ON-REFUSED', message, 'B'],
+          outcome: 'refused',
+        },
+        {
+          name: 'refused while replies were off',
+          conditions: judged({ repliesMayBeOff: true }),
+          stream: [push, 'ON', push, 'B'],
+          outcome: 'refused-while-off',
+        },
+        {
+          name: 'refused while replies were off, after a +OK of the client',
+          conditions: judged({ repliesMayBeOff: true }),
+          stream: ['+OK\r\n', message, 'ON', 'B'],
+          outcome: 'refused-while-off',
+        },
+        {
+          name: 'after an honoured SKIP, ran: the answer held, then dropped',
+          conditions: judged({ skipPending: true, beforeReset: true }),
+          stream: [message, '+RESET\r\n', message, 'RESET', 'A'],
+          outcome: 'ran',
+        },
+        {
+          name: 'after an honoured SKIP, refused, MONITOR lines behind',
+          conditions: judged({ skipPending: true, beforeReset: true }),
+          stream: ['+RESET\r\n', message, 'REFUSED', message, monitor, 'A'],
+          outcome: 'refused',
+        },
+        {
+          name: 'after a SKIP not honoured: ran',
+          conditions: judged({ skipPending: true, beforeReset: true }),
+          stream: ['-ERR x\r\n', 'P', '+RESET\r\n', 'A'],
+          outcome: 'ran',
+        },
+        {
+          name: 'after a SKIP not honoured: refused',
+          conditions: judged({ skipPending: true, beforeReset: true }),
+          stream: ['P', noperm, 'A'],
+          outcome: 'refused',
+        },
+        {
+          name: 'after a SKIP, replies maybe off',
+          conditions: judged({ skipPending: true, beforeReset: true, repliesMayBeOff: true }),
+          stream: ['+RESET\r\n', 'A', 'ON', 'B'],
+          outcome: 'unknown',
+        },
+        {
+          name: 'not judged (7.0+)',
+          conditions: { judged: false, skipPending: true, repliesMayBeOff: true },
+          stream: [message, 'A'],
+          outcome: 'ran',
+        },
+      ];
+      for (const { name, conditions, stream: parts, outcome } of cases) {
+        it(name, () => {
+          const proxys = (marker: ResetMarker, quote: string): Record<string, string> => ({
+            A: refusal(marker, 0, quote),
+            B: refusal(marker, 1, quote),
+            P: marker.before === null ? 'no command before' : refusal(marker, 0, quote, marker.before),
+            RESET: '+RESET\r\n',
+            REFUSED: noperm,
+            ON: '+OK\r\n',
+            'ON-REFUSED':
+              "-ERR Can't execute 'client': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n",
+          });
+          const length = parts.map((part) => proxys(new ResetMarker(conditions), "'")[part] ?? part).join('').length;
+          fc.assert(
+            fc.property(fc.array(fc.integer({ min: 1, max: length + 9 }), { maxLength: 5 }), fc.boolean(), (cuts, backtick) => {
+              const marker = new ResetMarker(conditions);
+              const quote = backtick ? '`' : "'";
+              const own = proxys(marker, quote);
+              const bytes = parts.map((part) => own[part] ?? part);
+              const port = new FakePort();
+              const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);
+              stream.stopCounting(true);
+              const outcomes: ResetOutcome[] = [];
+              stream.awaitMarker(marker, (told) => {
+                outcomes.push(told);
+                stream.expect(1);
+              });
+              const text = `${bytes.join('')}:5\r\n`;
+              feed(
+                stream,
+                text,
+                cuts.filter((cut) => cut < text.length),
+              );
+              expect(outcomes).toEqual([outcome]);
+              // The client gets its own bytes, in order, and none of the proxy's.
+              expect(port.client).toBe([...parts.filter((part) => own[part] === undefined), ':5\r\n'].join(''));
+              expect(stream.pending).toBe(false);
+            }),
+          );
+        });
+      }
     });
 
     it('takes the refusal in Redis 6’s words too, and no other unknown command’s', () => {

@@ -59,6 +59,12 @@ export class ReplyScanner {
    * and `-ASK` carry node addresses, also inside EXEC arrays).
    */
   trackErrors = false;
+  /**
+   * With `trackErrors`, simple string lines (`+...`) are stopped after and reported as error
+   * lines are (errorEnded, errorStart, inErrorLine): a RESET's answer judged in a pipe
+   * (session/reset-marker.ts).
+   */
+  trackSimple = false;
   /** Set when the last `scan()` stopped right after a simple error line (with `trackErrors`). */
   errorEnded = false;
   /** Offset in the current chunk of the `-` of the error line in progress (or just ended), -1 if in an earlier chunk. */
@@ -148,7 +154,7 @@ export class ReplyScanner {
           } else {
             this.nestedPush = buf[pos] === 0x3e; /* > */
           }
-          if (this.trackErrors && buf[pos] === 0x2d /* - */) {
+          if (this.trackErrors && (buf[pos] === 0x2d /* - */ || (this.trackSimple && buf[pos] === 0x2b)) /* + */) {
             this.inErrorLine = true;
             this.errorStart = pos;
           }

@@ -1,5 +1,6 @@
 /**
- * Error lines in one connection's server-to-client stream that the proxy acts on: with
+ * Error lines in one connection's server-to-client stream that the proxy acts on (and simple
+ * lines, while a RESET's answer is judged: reset-marker.ts): with
  * --cluster, -MOVED and -ASK lines, at any depth (an EXEC array, say), rewritten to name the
  * proxy's listeners (cluster/rewrite.ts); after a RESET in a plain pipe, the refusal of the
  * proxy's own marker command (reset-marker.ts), dropped. The reply scanner stops after every
@@ -31,6 +32,8 @@ export interface LineWatch {
    * keeps a copy of what it needs).
    */
   replace(line: Buffer): Buffer | null | PendingLine;
+  /** A line ended that was passed on without being judged whole (it could not be one to act on). */
+  skipped?(): void;
 }
 
 /** Longest line held across reads (a redirect is about 40 bytes, the marker's refusal about 100). */
@@ -66,6 +69,7 @@ export class ErrorLines {
     this.head = [];
     if (this.passed) {
       this.passed = false;
+      this.watch.skipped?.();
       return from;
     }
     const line = start >= 0 ? chunk.subarray(start, pos) : Buffer.concat([...head, chunk.subarray(0, pos)]);

@@ -6,11 +6,12 @@
  * RESET and apply the upstream URL's AUTH/SELECT again. Outside a pipe, the URL's AUTH/SELECT
  * follow a RESET once it has run too (afterReset).
  */
-import { Cmd } from '../resp/commands.js';
+import type { Logger } from '../log.js';
+import { Cmd, equalsIgnoreCase } from '../resp/commands.js';
 import { END, HEAD, MALFORMED, type RequestScanner } from '../resp/request-scanner.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
-import { ResetMarker } from './reset-marker.js';
+import { REPLY_OFF, ResetMarker, type ResetOutcome } from './reset-marker.js';
 import type { ServerWay } from './server-way.js';
 import type { TransactionState } from './transaction-state.js';
 
@@ -23,7 +24,12 @@ export interface PlainPipePort {
   startSetup(): boolean;
   holdClient(): void;
   resumeClient(): void;
+  readonly log: Logger;
 }
+
+const REPLY = Buffer.from('reply');
+const OFF = Buffer.from('off');
+const SKIP = Buffer.from('skip');
 
 export class PlainPipe {
   /** Bytes are forwarded without being interpreted. */
@@ -36,6 +42,17 @@ export class PlainPipe {
   private resetEnds = false;
   /** The pipe stays after a RESET: the connection was opened while no rule was loaded. */
   readonly withoutRules: boolean;
+  /** A CLIENT REPLY OFF may be in force (reset-marker.ts: a refused RESET leaves it). */
+  private repliesMayBeOff = false;
+  /**
+   * A CLIENT REPLY SKIP went in this pipe (or may have): the answer to the RESET may be skipped.
+   * It stays once seen: a SKIP queued in a transaction skips the answer after its EXEC, and
+   * inside the pipe transactions are not followed. Where none is pending, the command that goes
+   * before a RESET for it is answered, and that is all (reset-marker.ts).
+   */
+  private skipPending = false;
+  /** What the CLIENT REPLY frames queued in the transaction do at its EXEC (REPLY_MAY_SKIP, REPLY_MAY_BE_OFF). */
+  private queuedReplies = 0;
 
   /** `scanner`: the connection's request scanner, which the pipe goes on using to find a RESET. */
   constructor(
@@ -58,6 +75,10 @@ export class PlainPipe {
     this.active = true;
     // A RESET matters where lock blocks may follow it, or the URL's AUTH/SELECT must.
     this.resetEnds = resettable && (!this.withoutRules || this.ctx.upstream.setup.length > 0);
+    // What made it a pipe may silence replies: the frame itself, or at EXEC what was queued.
+    if (this.scanner.cmd === Cmd.Exec) this.noteReplies(this.queuedReplies);
+    else this.noteReplies(replyChange(this.scanner));
+    this.queuedReplies = 0;
     // Replies stop being counted, unless a reply of the proxy's own is still due: then after it.
     this.replies.stopCounting(this.resetEnds);
   }
@@ -78,15 +99,25 @@ export class PlainPipe {
         this.resetEnds = false; // Redis answers with a protocol error and closes
         break;
       }
+      if ((event & HEAD) === 0) continue;
       // A one-argument frame reports its head and end at once.
-      if ((event & END) === 0 || (event & HEAD) === 0 || scanner.cmd !== Cmd.Reset || scanner.argc !== 1 || !this.server.hasReset())
+      if ((event & END) === 0 || scanner.cmd !== Cmd.Reset || scanner.argc !== 1 || !this.server.hasReset()) {
+        this.noteReplies(replyChange(scanner));
         continue;
-      this.port.writeUpstream(chunk.subarray(from, pos));
-      this.reset();
+      }
+      this.reset(chunk, from, pos);
       if (pos < chunk.length) this.port.stall(chunk.subarray(pos));
       return;
     }
     this.port.writeUpstream(from === 0 ? chunk : chunk.subarray(from));
+  }
+
+  /**
+   * A CLIENT REPLY frame (or one that may be) queued in a transaction: it takes effect at EXEC,
+   * a SKIP anywhere in it skipping the answer to the frame after EXEC.
+   */
+  queued(scanner: RequestScanner): void {
+    this.queuedReplies |= replyChange(scanner);
   }
 
   /** Whether the frame whose head `scanner` holds is a RESET that the upstream URL's AUTH/SELECT follow once it has run. */
@@ -104,22 +135,74 @@ export class PlainPipe {
   }
 
   /**
-   * A RESET went upstream while the connection was a plain pipe. Whether Redis answers it cannot
-   * be told from here (CLIENT REPLY SKIP), nor where its answer lies (the replies before it are
-   * not counted), but Redis runs it: the marker command follows, and the client waits. Once the
-   * marker's refusal is back, the state is Redis's initial one: the upstream URL's AUTH/SELECT go
-   * again, and the replies are counted again (unless the pipe stays: no rule was loaded).
+   * The client's RESET (the frame that ends at `end` in `chunk`, from `from` on not yet
+   * forwarded) goes upstream while the connection is a plain pipe. Where its answer lies cannot
+   * be told (the replies before it are not counted), so the marker's commands follow it (and,
+   * after a CLIENT REPLY SKIP where RESET may be refused, one goes before it: reset-marker.ts),
+   * and the client waits. Once they are answered, a RESET that ran has left Redis's initial
+   * state: the upstream URL's AUTH/SELECT go again, and replies are counted again (unless the
+   * pipe stays: no rule was loaded). A refused one left the connection as it was: a pipe.
    */
-  private reset(): void {
+  private reset(chunk: Buffer, from: number, end: number): void {
     this.tx.frame(this.scanner); // out of any transaction, nothing watched
-    const marker = new ResetMarker();
+    const start = this.scanner.frameStart; // -1: the RESET began in a chunk already forwarded
+    const marker = new ResetMarker({
+      judged: this.server.resetMayBeRefused(),
+      skipPending: this.skipPending,
+      repliesMayBeOff: this.repliesMayBeOff,
+      beforeReset: start >= from,
+    });
+    if (marker.before !== null) {
+      this.port.writeUpstream(chunk.subarray(from, start));
+      this.port.writeUpstream(marker.before);
+      this.port.writeUpstream(chunk.subarray(start, end));
+    } else {
+      this.port.writeUpstream(chunk.subarray(from, end));
+    }
     this.port.writeUpstream(marker.command);
     this.port.holdClient();
-    this.replies.awaitMarker(marker, () => {
-      if (!this.withoutRules) this.active = false;
-      const setupSent = this.port.startSetup();
-      if (this.withoutRules) this.replies.stopCounting(this.resetEnds); // still a pipe, once the setup's replies are in
-      if (!setupSent) this.port.resumeClient();
-    });
+    this.replies.awaitMarker(marker, (outcome) => this.resetAnswered(outcome));
   }
+
+  private resetAnswered(outcome: ResetOutcome): void {
+    if (outcome !== 'ran') {
+      // Refused (or not known to have run): the connection is as it was, a pipe, with its user and database.
+      if (outcome === 'refused-while-off') this.port.writeUpstream(REPLY_OFF); // as Redis left them: off
+      if (outcome === 'unknown') {
+        this.port.log.warn(
+          "a RESET after CLIENT REPLY OFF and SKIP, on a server that may refuse RESET (Redis 6.2): whether it ran is not known, so the connection stays a plain pipe, without the upstream URL's AUTH/SELECT",
+        );
+      }
+      this.replies.stopCounting(this.resetEnds);
+      this.port.resumeClient();
+      return;
+    }
+    this.repliesMayBeOff = this.skipPending = false;
+    if (!this.withoutRules) this.active = false;
+    const setupSent = this.port.startSetup();
+    if (this.withoutRules) this.replies.stopCounting(this.resetEnds); // still a pipe, once the setup's replies are in
+    if (!setupSent) this.port.resumeClient();
+  }
+
+  /** A frame that went upstream, and what it does to Redis's answers (replyChange). */
+  private noteReplies(change: number): void {
+    if ((change & REPLY_MAY_SKIP) !== 0) this.skipPending = true;
+    if ((change & REPLY_MAY_BE_OFF) !== 0) this.repliesMayBeOff = true;
+  }
+}
+
+const REPLY_MAY_SKIP = 1;
+const REPLY_MAY_BE_OFF = 2;
+
+/**
+ * What a frame does to Redis's answers: CLIENT REPLY OFF silences them (REPLY_MAY_BE_OFF), SKIP
+ * the next frame's (REPLY_MAY_SKIP). An inline CLIENT, or a command whose name cannot be read,
+ * may do either.
+ */
+function replyChange(scanner: RequestScanner): number {
+  if (scanner.nameOpaque || (scanner.cmd === Cmd.Client && scanner.inline)) return REPLY_MAY_SKIP | REPLY_MAY_BE_OFF;
+  if (scanner.cmd !== Cmd.Client || scanner.argc !== 3 || scanner.keyLength !== REPLY.length || !equalsIgnoreCase(scanner.key, 0, REPLY))
+    return 0;
+  const is = (word: Buffer): boolean => scanner.valueLength === word.length && equalsIgnoreCase(scanner.value, 0, word);
+  return is(SKIP) ? REPLY_MAY_SKIP : is(OFF) ? REPLY_MAY_BE_OFF : 0;
 }

@@ -4,7 +4,7 @@
  */
 import type { LockBlockRef } from '../lock/block-flow.js';
 import type { ExpiryRestore } from '../lock/exec-reply.js';
-import type { ResetMarker } from './reset-marker.js';
+import type { ResetMarker, ResetOutcome } from './reset-marker.js';
 
 /** A point in the reply stream, and how many forwarded replies follow it. */
 export type Mark =
@@ -37,6 +37,6 @@ export type Mark =
   | { readonly kind: 'peek'; readonly seen: (first: number) => void; after: number }
   /**
    * The refusal of the marker command sent right after a client's RESET in a plain pipe:
-   * replies pass uncounted until it, it is dropped, and `found` is told.
+   * replies pass uncounted until it, it is dropped, and `found` is told what became of the RESET.
    */
-  | { readonly kind: 'marker'; readonly marker: ResetMarker; readonly found: () => void; after: number };
+  | { readonly kind: 'marker'; readonly marker: ResetMarker; readonly found: (outcome: ResetOutcome) => void; after: number };

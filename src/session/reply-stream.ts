@@ -2,43 +2,31 @@
  * The server-to-client side of one connection: replies are counted (not decoded) against what
  * was forwarded, so that the replies to the proxy's own commands (the server's version, the lock
  * script, AUTH/SELECT at connect and after RESET, a cluster reply to rewrite) are found and taken
- * aside, in order, and everything else goes to the client untouched.
- *
- * Replies expected for forwarded frames come first (`outstanding`); then marks, in order, each
- * followed by the replies of frames forwarded after it:
- * - a capture: the reply to a command of the proxy's own;
- * - a marker: the connection was a plain pipe when the client sent RESET, so the replies before
- *   it cannot be counted; they pass through until the refusal of the proxy's marker command
- *   sent right after the RESET (reset-marker.ts), which is dropped, and counting starts again.
- *   The refusal is known only where a frame starts, so in a pipe that a RESET may end the
- *   scanner goes on finding frames (without counting them): a read from Redis may end anywhere
- *   in one, and the RESET may come after any read.
+ * aside, in order, and everything else goes to the client untouched. Replies expected for
+ * forwarded frames come first (`outstanding`); then marks (reply-marks.ts), in order, each
+ * followed by the replies of frames forwarded after it. After a RESET in a plain pipe, replies
+ * pass uncounted until the refusal of the proxy's marker command (reset-marker.ts); the scanner
+ * goes on finding frames in such a pipe, as a read from Redis may end anywhere in one.
  *
  * When the count is lost (more replies than requests, a stream that is not RESP), the connection
  * stops being interpreted, unless a reply of the proxy's own is due: then its state is unknown,
- * and the session closes rather than fake it.
+ * and the session closes rather than fake it. With --cluster, -MOVED/-ASK lines are rewritten
+ * (error-lines.ts); one that names a node not known yet waits for the topology, and the bytes
+ * Redis sends after it wait behind it, in order.
  *
- * With --cluster, -MOVED/-ASK lines are rewritten (error-lines.ts); one that names a node not
- * known yet waits for the topology to be asked again: the bytes Redis sends after it wait
- * behind it, in order.
- *
- * A reply of the proxy's own has a bound: once every reply before it has come (for the marker:
- * once it was sent, as the replies before it cannot be counted), Redis may not stay silent for
- * --own-reply-timeout-ms, or the session closes the connection rather than wait for ever. The
- * clock counts only time in which Redis alone owes something: bytes from Redis start it again
- * (an uncounted backlog before the marker is Redis talking, whatever its size), and it stops
- * while the proxy does not read from Redis (readsPaused: the client is slow to read what it has).
- *
- * A chunk is valid only during the process() call that gets it (the upstream connection reads
- * into the same memory again, upstream/read-buffer.ts): whatever is kept past it is copied.
+ * A reply of the proxy's own is bounded by --own-reply-timeout-ms of Redis's silence once it is
+ * due (silence-bound.ts: for the marker, from when it was sent), counted only while the proxy
+ * reads from Redis. A chunk is valid only during the process() call that gets it (the upstream
+ * connection reads into the same memory again): whatever is kept past it is copied.
  */
 import type { LockBlockRef } from '../lock/block-flow.js';
 import type { ExpiryRestore } from '../lock/exec-reply.js';
 import { ReplyScanner } from '../resp/reply-scanner.js';
 import { ErrorLines, type LineWatch } from './error-lines.js';
+import { HeldLine } from './held-line.js';
 import type { Mark } from './reply-marks.js';
 import { SilenceBound } from './silence-bound.js';
-import type { ResetMarker } from './reset-marker.js';
+import type { ResetMarker, ResetOutcome } from './reset-marker.js';
 
 /**
  * Bytes from Redis that may wait behind a line that waits (reading from Redis pauses
@@ -77,17 +65,14 @@ export class ReplyStream {
   private passing = false;
   /** Stop counting once the marks due now are passed (the connection became a pipe). */
   private passWhenDone = false;
-  /**
-   * In a pipe that a RESET may end: frames are still found (not counted), so that the scanner
-   * stands where a frame starts when the marker's refusal is looked for.
-   */
+  /** In a pipe that a RESET may end: frames are still found (not counted), for the marker's refusal. */
   private followFrames = false;
   /** Error lines acted on: -MOVED/-ASK with --cluster, the marker's refusal after a RESET. */
   private readonly lines: ErrorLines;
   /** In front of a cluster: -MOVED/-ASK lines are rewritten, even once replies are no longer counted. */
   private redirectScan: boolean;
-  /** The line just ended was the marker's refusal (set by the watch, acted on by process()). */
-  private markerFound = false;
+  /** The line just ended was a marker's refusal, the last of the proxy's lines ('end') or not ('step'). */
+  private markerFound: 'end' | 'step' | null = null;
   /** Chunks from Redis that arrived after a line that waits (ErrorLines.waiting), in order. */
   private behindLine: Buffer[] | null = null;
   private bytesBehindLine = 0;
@@ -95,11 +80,10 @@ export class ReplyStream {
   private readonly bound: SilenceBound<Mark>;
   /** The proxy does not read from Redis for now (readsPaused): no bound runs. */
   private paused = false;
+  /** A line that may be the proxy's, after a RESET (held-line.ts). */
+  private readonly held: HeldLine;
 
-  /**
-   * `redirects`: with --cluster, the rewriting of -MOVED/-ASK lines (cluster/node-replies.ts);
-   * null standalone. `ownReplyTimeoutMs`: the bound on a reply of the proxy's own.
-   */
+  /** `redirects`: with --cluster, the rewriting of -MOVED/-ASK lines (cluster/node-replies.ts). */
   constructor(
     private readonly port: ReplyStreamPort,
     private readonly redirects: LineWatch | null,
@@ -112,9 +96,15 @@ export class ReplyStream {
     });
     this.redirectScan = redirects !== null;
     this.scanner.trackErrors = redirects !== null;
-    this.lines = new ErrorLines(this.scanner, (bytes) => port.writeClient(bytes), {
+    this.held = new HeldLine((bytes) => port.writeClient(bytes), MAX_BYTES_BEHIND_LINE);
+    this.lines = new ErrorLines(this.scanner, (bytes) => this.held.out(bytes), {
       couldBe: (head) => (this.markerDue()?.couldStart(head) ?? false) || (redirects?.couldBe(head) ?? false),
       replace: (line) => this.replaceLine(line),
+      skipped: () => {
+        const marker = this.markerDue();
+        marker?.skipped();
+        if (marker?.heldAction !== 'keep') this.held.release(true);
+      },
     });
   }
 
@@ -141,10 +131,7 @@ export class ReplyStream {
     return this.marks.length > 0;
   }
 
-  /**
-   * Whether more than `n` replies are still due: the last `n` replies counted may not be due yet
-   * (their commands are not whole: the client is still sending them).
-   */
+  /** Whether more than `n` replies are still due (the last `n` counted may be for commands not yet whole). */
   dueBeyond(n: number): boolean {
     let due = this.outstanding + (this.behindLine === null ? 0 : 1);
     if (due > n) return true;
@@ -155,11 +142,7 @@ export class ReplyStream {
     return false;
   }
 
-  /**
-   * The session stops reading from Redis for the client's sake (a client slow to read, a line
-   * that waits), or reads again: the bound on the proxy's own replies runs only while it reads,
-   * and starts afresh after a pause.
-   */
+  /** The session stops reading from Redis for the client's sake, or reads again: the bound runs only while it reads. */
   readsPaused(paused: boolean): void {
     if (paused === this.paused) return;
     this.paused = paused;
@@ -206,22 +189,20 @@ export class ReplyStream {
   }
 
   /**
-   * The client sent RESET while the connection was a plain pipe, and `marker`'s command right
-   * after it: what comes before its refusal passes uncounted, the refusal is dropped, `found` is
-   * called, and from there on replies are counted again.
+   * The client sent RESET in a plain pipe, and `marker`'s commands after it: what comes before
+   * its refusal passes uncounted, its lines are dropped, `found` is told what became of the
+   * RESET, and from there on replies are counted again.
    */
-  awaitMarker(marker: ResetMarker, found: () => void): void {
+  awaitMarker(marker: ResetMarker, found: (outcome: ResetOutcome) => void): void {
     this.marks.push({ kind: 'marker', marker, found, after: 0 });
     this.passing = false;
     this.passWhenDone = false;
     this.scanner.trackErrors = true;
+    this.scanner.trackSimple ||= marker.watchesSimple;
     this.clockOwnReply();
   }
 
-  /**
-   * Replies stop being counted: at once, or after the marks still due. `resettable`: a RESET may
-   * end the pipe, so frames are still followed (followFrames).
-   */
+  /** Replies stop being counted, at once or after the marks due; `resettable`: a RESET may end the pipe. */
   stopCounting(resettable: boolean): void {
     this.passWhenDone = true;
     this.followFrames = resettable;
@@ -232,6 +213,7 @@ export class ReplyStream {
   flush(): void {
     while (this.behindLine !== null) this.endLineWait();
     this.lines.flush();
+    this.held.release(true);
   }
 
   /** The connection is closed: no bound runs any more. */
@@ -279,7 +261,8 @@ export class ReplyStream {
         pos = scanner.scan(chunk, pos, Number.MAX_SAFE_INTEGER);
         if (scanner.error !== '') return this.desync(chunk, from, scanner.error);
         if (scanner.errorEnded) from = this.lines.lineEnded(chunk, from, pos);
-        if (this.markerFound) this.markerPassed();
+        if (this.markerFound === 'end') this.markerPassed();
+        else if (this.markerFound === 'step') this.markerStep();
         else if (this.lines.waiting) return this.startLineWait(chunk.subarray(pos));
         continue;
       }
@@ -323,7 +306,7 @@ export class ReplyStream {
     this.clockOwnReply();
     if (from >= chunk.length) return;
     if (scanner.inErrorLine && this.lines.holdAtChunkEnd(chunk, from)) return;
-    this.port.writeClient(from === 0 ? chunk : chunk.subarray(from));
+    this.held.out(from === 0 ? chunk : chunk.subarray(from));
   }
 
   /**
@@ -382,22 +365,44 @@ export class ReplyStream {
     return mark !== undefined && mark.kind === 'marker' && this.outstanding === 0 && !this.passing ? mark.marker : null;
   }
 
-  /** What goes out instead of a whole error line (error-lines.ts): the marker's refusal is dropped, a redirect rewritten. */
+  /**
+   * What goes out instead of a whole line (error-lines.ts): the proxy's lines after a RESET are
+   * dropped (reset-marker.ts), a redirect is rewritten.
+   */
   private replaceLine(line: Buffer): ReturnType<LineWatch['replace']> {
-    if (this.markerDue()?.matches(line)) {
-      this.markerFound = true;
-      return EMPTY;
+    const marker = this.markerDue();
+    if (marker !== null) {
+      const verdict = marker.line(line);
+      if (marker.heldAction !== 'keep') this.held.release(marker.heldAction === 'send');
+      if (verdict === 'hold') return this.held.hold(line);
+      if (verdict !== 'pass') {
+        if (marker.matches(line)) this.markerFound = 'step';
+        if (verdict === 'end') this.markerFound = 'end';
+        return EMPTY;
+      }
+      if (line[0] === 0x2b /* + */) return null;
     }
     return this.redirects === null ? null : this.redirects.replace(line);
   }
 
-  /** The marker's refusal was dropped: it stands on its own, and replies are counted again after it. */
-  private markerPassed(): void {
-    this.markerFound = false;
+  /** A marker's refusal was dropped and more of the proxy's lines follow: it stands on its own. */
+  private markerStep(): void {
+    this.markerFound = null;
     this.scanner.restartAtTopLevel();
+  }
+
+  /** The last marker's refusal was dropped: it stands on its own, and replies are counted again after it. */
+  private markerPassed(): void {
+    this.markerStep();
     const mark = this.passMark();
-    this.scanner.trackErrors = this.redirects !== null || this.marks.some((later) => later.kind === 'marker');
-    if (mark.kind === 'marker') mark.found();
+    this.scanner.trackErrors = this.redirects !== null;
+    this.scanner.trackSimple = false;
+    for (const later of this.marks) {
+      if (later.kind !== 'marker') continue;
+      this.scanner.trackErrors = true;
+      this.scanner.trackSimple ||= later.marker.watchesSimple;
+    }
+    if (mark.kind === 'marker') mark.found(mark.marker.outcome);
   }
 
   /** A line waits: `rest`, and every chunk after it, waits behind it. */
@@ -458,11 +463,7 @@ export class ReplyStream {
     if (mark.kind === 'capture') mark.handle(reply);
   }
 
-  /**
-   * Times the reply of the proxy's own at the head of the stream once it is due: a capture once
-   * every reply before it has come, the marker at once (what comes before it cannot be counted);
-   * not while the proxy does not read.
-   */
+  /** Times the proxy's own reply at the head once it is due (the marker at once), while the proxy reads. */
   private clockOwnReply(): void {
     const head = this.marks[0];
     const timed = head !== undefined && (head.kind === 'marker' || (head.kind === 'capture' && head.timed));
@@ -481,6 +482,7 @@ export class ReplyStream {
 
   private desync(chunk: Buffer, from: number, reason: string): void {
     this.redirectScan = false;
+    this.held.release(true);
     if (this.capturing) {
       this.port.lost(reason);
       return;

@@ -449,6 +449,7 @@ export class RequestFlow {
       }
       // Queued (one reply) in a transaction whose pairs must be followed to its EXEC's reply.
       this.pipeAfterExec = { resettable: resettable && (this.pipeAfterExec?.resettable ?? true) };
+      this.pipe.queued(this.scanner);
       this.streamed.seal();
     }
     this.headCounted = true;

@@ -75,6 +75,15 @@ export class ServerWay {
     return !this.ctx.serverMethods.lacksReset(this.port.upstreamAddress);
   }
 
+  /**
+   * Whether the server may refuse a RESET: Redis 6.2 checks ACLs on it and answers -BUSY while a
+   * script runs; from 7.0 on (the servers with EXPIRE ... NX) RESET is never refused. A server
+   * whose version is not known may.
+   */
+  resetMayBeRefused(): boolean {
+    return this.ctx.serverMethods.get(this.port.upstreamAddress) !== 'transaction';
+  }
+
   /** Asks the server's version on the connection, right before a MULTI: it and `rest` (from its first byte on) wait for the answer. */
   ask(rest: Buffer): void {
     this.port.writeUpstream(HELLO);

@@ -872,6 +872,70 @@ describe('credentials and db in the upstream URL', () => {
     }
   });
 
+  // The same in a plain pipe, where the replies cannot be counted (reset-marker.ts): the RESET's
+  // outcome is read from its own answer, and replies turned off stay off when Redis refused it.
+  describe('a RESET Redis refuses in a plain pipe: the bytes Redis sends directly, and the connection goes on as it was', () => {
+    async function refusedReset(ctx: { skip: (skip: boolean, note?: string) => void }, bytes: Buffer, replies: number): Promise<void> {
+      ctx.skip(...facts.skipUnless('reset'));
+      expect(await securedCall('ACL', 'SETUSER', 'noreset2', 'reset', 'on', '>pw', '~*', ...facts.allChannels(), '+@all', '-reset')).toBe(
+        '+OK\r\n',
+      );
+      const login = Buffer.concat([cmd('AUTH', 'noreset2', 'pw'), cmd('SELECT', '5')]);
+      const direct = await exchange(secured.port, Buffer.concat([login, bytes]), 2 + replies);
+      // Where RESET ran, the connection is the default user's.
+      if (/ user=(\S+) /.exec(direct)?.[1] !== 'noreset2')
+        ctx.skip(true, `this server runs RESET for a user refused it (${facts.server}): only Redis 6.2 checks`);
+      const front = await startTestProxy({ upstream: `redis://:secret@127.0.0.1:${secured.port}/3`, admin: true });
+      try {
+        const started = Date.now();
+        const proxied = await exchange(front.port, Buffer.concat([login, bytes]), 2 + replies);
+        // CLIENT INFO names the connection's id, address, age and buffers: its user and db are compared apart.
+        const steady = (text: string): string => text.replace(/\$\d+\r\nid=\d+ [^\r]*\r\n$/, 'CLIENT INFO');
+        expect(steady(proxied)).toBe(steady(direct));
+        expect(/ db=(\d+) /.exec(proxied)?.[1]).toBe('5');
+        expect(/ user=(\S+) /.exec(proxied)?.[1]).toBe('noreset2');
+        expect(Date.now() - started).toBeLessThan(5000); // nothing waited for a reply that never comes
+        expect(front.stats.ownRepliesTimedOut).toBe(0);
+      } finally {
+        await front.close();
+      }
+    }
+
+    it('with replies off: nothing for the RESET, then CLIENT REPLY ON answers', async (ctx) => {
+      const bytes = Buffer.concat([
+        cmd('CLIENT', 'REPLY', 'OFF'),
+        cmd('RESET'),
+        cmd('PING', 'unanswered'),
+        cmd('CLIENT', 'REPLY', 'ON'),
+        cmd('PING'),
+        cmd('CLIENT', 'INFO'),
+      ]);
+      await refusedReset(ctx, bytes, 3);
+    });
+
+    it('subscribed: its refusal, then the messages and the unsubscribe as directly', async (ctx) => {
+      const bytes = Buffer.concat([
+        cmd('SUBSCRIBE', 'refused-reset'),
+        cmd('RESET'),
+        cmd('UNSUBSCRIBE', 'refused-reset'),
+        cmd('PING'),
+        cmd('CLIENT', 'INFO'),
+      ]);
+      await refusedReset(ctx, bytes, 5);
+    });
+
+    it('with replies on after OFF and ON: its refusal, and replies as directly', async (ctx) => {
+      const bytes = Buffer.concat([
+        cmd('CLIENT', 'REPLY', 'OFF'),
+        cmd('CLIENT', 'REPLY', 'ON'),
+        cmd('RESET'),
+        cmd('PING'),
+        cmd('CLIENT', 'INFO'),
+      ]);
+      await refusedReset(ctx, bytes, 4);
+    });
+  });
+
   it('the ACL user form redis://user:password@host', async () => {
     const front = await startTestProxy({ upstream: `redis://alice:pw@127.0.0.1:${secured.port}` });
     try {

@@ -49,6 +49,24 @@ function skipWithoutReset(ctx: TestContext): void {
   ctx.skip(...facts.skipUnless('reset'));
 }
 
+/**
+ * Redis 6.2 may refuse RESET (ACLs, -BUSY; 7.0 never does). After CLIENT REPLY OFF and then
+ * SKIP, whether Redis honoured the SKIP, and so whether RESET's answer is the client's, cannot
+ * be told: the connection stays a plain pipe (session/reset-marker.ts). That case is skipped
+ * there, and tested apart.
+ */
+function resetMayBeRefused(): boolean {
+  return facts.has('reset') && !facts.has('expire-nx');
+}
+
+function skipWhereSkippedResetIsUnknown(ctx: TestContext): void {
+  skipWithoutReset(ctx);
+  ctx.skip(
+    resetMayBeRefused(),
+    `after CLIENT REPLY OFF then SKIP, a RESET leaves a plain pipe where RESET may be refused: ${facts.server}`,
+  );
+}
+
 describe('a command Redis never answers', () => {
   it('REPLCONF ACK and GETACK from a normal client: what follows is answered as directly, lock block included', async () => {
     for (const replconf of [cmd('REPLCONF', 'ACK', '0'), cmd('REPLCONF', 'GETACK', '*')]) {
@@ -264,6 +282,30 @@ describe('RESET whose reply Redis may or may not send (CLIENT REPLY SKIP)', () =
     await client.close();
   });
 
+  it('where Redis may refuse RESET (6.2), after CLIENT REPLY OFF then SKIP: the bytes as directly, the connection stays a plain pipe, said once', async (ctx) => {
+    skipWithoutReset(ctx);
+    ctx.skip(!resetMayBeRefused(), `this server never refuses RESET: ${facts.server}`);
+    const key = taskLockKey(37n);
+    const bytes = Buffer.concat([
+      cmd('CLIENT', 'REPLY', 'OFF'),
+      cmd('CLIENT', 'REPLY', 'SKIP'),
+      cmd('RESET'),
+      cmd('PING', 'after'),
+      lockAttempt(key, 600),
+    ]);
+    const { direct, proxied } = await bothWays(env.proxy.port, bytes, 2 + 4);
+    expect(direct).toBe('+RESET\r\n$5\r\nafter\r\n' + attemptReplies(1, 1));
+    expect(proxied).toBe(direct);
+    expect(
+      env.proxy
+        .logs()
+        .some(
+          (l) =>
+            typeof l.msg === 'string' && l.msg.startsWith('a RESET after CLIENT REPLY OFF and SKIP, on a server that may refuse RESET'),
+        ),
+    ).toBe(true);
+  });
+
   /** Sends `bytes` directly and through `port`, from the same empty state; both replies, up to `count`. */
   async function bothWays(port: number, bytes: Buffer, count: number): Promise<{ direct: string; proxied: string }> {
     await call('FLUSHALL');
@@ -341,7 +383,7 @@ describe('RESET after a CLIENT REPLY SKIP that Redis did not honour: the URL’s
   }
 
   it('SKIP while replies are OFF (ignored): RESET is answered, AUTH and SELECT follow, lock blocks are fixed', async (ctx) => {
-    skipWithoutReset(ctx);
+    skipWhereSkippedResetIsUnknown(ctx);
     const key = taskLockKey(36n);
     const client = await RawClient.connect((proxy as TestProxy).port);
     client.write(
