@@ -16,7 +16,7 @@
  */
 import { describeKey } from '../key-text.js';
 import type { Logger } from '../log.js';
-import { encodeCommand } from '../resp/encode.js';
+import { ASKING } from '../resp/encode.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
 import { effectiveMode, type Rule, type RuleMode, type RuleSet } from '../rules/types.js';
 import type { Stats } from '../stats.js';
@@ -84,7 +84,6 @@ interface CompleteBlock {
   readonly asking: boolean;
 }
 
-const ASKING = encodeCommand('ASKING');
 /** Errors of Redis Cluster's key check, which Redis gives the original block's commands too. */
 const CLUSTER_REDIRECT = /^-(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/;
 

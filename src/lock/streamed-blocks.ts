@@ -140,7 +140,7 @@ export class StreamedBlocks {
    * (INCR k, INCRBY k delta: Redis reads the same arguments), and whether it was the transaction's
    * first queued command; null when there is none.
    */
-  get pendingIncrement(): { readonly command: Buffer; readonly first: boolean } | null {
+  pendingIncrement(): { readonly command: Buffer; readonly first: boolean } | null {
     const increment = this.increment;
     if (increment === null) return null;
     const command =

@@ -55,3 +55,6 @@ function decimalLength(n: number): number {
   }
   return digits;
 }
+
+/** ASKING, sent again where a command of the proxy's own used up the client's (it lasts one command). */
+export const ASKING = encodeCommand('ASKING');

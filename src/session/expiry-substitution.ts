@@ -24,14 +24,13 @@ import { conditionalExpiry, expiryProbe } from '../lock/expiry-script.js';
 import type { StreamedBlocks, UnfixedReason } from '../lock/streamed-blocks.js';
 import type { Logger } from '../log.js';
 import { Cmd } from '../resp/commands.js';
-import { encodeCommand } from '../resp/encode.js';
+import { ASKING, encodeCommand } from '../resp/encode.js';
 import type { RequestScanner } from '../resp/request-scanner.js';
 import type { ReplyStream } from './reply-stream.js';
 import type { TransactionState } from './transaction-state.js';
 
 const DISCARD = encodeCommand('DISCARD');
 const MULTI = encodeCommand('MULTI');
-const ASKING = encodeCommand('ASKING');
 const QUEUED = Buffer.from('+QUEUED\r\n');
 const PLUS = 0x2b;
 

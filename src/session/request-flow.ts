@@ -358,7 +358,7 @@ export class RequestFlow {
     const scanner = this.scanner;
     const method = this.server.method();
     const keptBack = this.frameKeptBack(scanner);
-    const increment = method === 'transaction-script' ? this.streamed.pendingIncrement : null;
+    const increment = method === 'transaction-script' ? this.streamed.pendingIncrement() : null;
     const refusal = increment === null ? null : this.substitution.refusal(increment.first && this.tx.queued === 1);
     if (keptBack && method === 'transaction') {
       this.port.writeUpstream(expiryWithNx(this.takeFrame(chunk, from, pos)));

@@ -7,13 +7,12 @@
  */
 import { HELLO, methodFromHello, type LockMethod } from '../lock/lock-method.js';
 import type { Logger } from '../log.js';
-import { encodeCommand } from '../resp/encode.js';
+import { ASKING } from '../resp/encode.js';
 import { askHello } from '../upstream/probe.js';
 import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
 import type { TransactionState } from './transaction-state.js';
 
-const ASKING = encodeCommand('ASKING');
 /** What HELLO answers: a RESP3 map, a RESP2 array of pairs, or an error. */
 const HELLO_REPLY_TYPES = new Set([0x25 /* % */, 0x2a /* * */, 0x2d /* - */]);
 
