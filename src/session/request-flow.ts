@@ -169,14 +169,15 @@ export class RequestFlow {
 
   /** One chunk from the client (in order; while the session is not holding the client back). */
   process(chunk: Buffer): void {
+    const scanner = this.scanner;
+    // Offsets the scanner gives are in this chunk from here on: in a pipe too (plain-pipe.ts).
+    scanner.newChunk();
     if (this.pipe.active) {
       this.pipe.chunk(chunk, 0, 0);
       return;
     }
     const blocks = this.blocks;
     if (blocks.holding) blocks.touched();
-    const scanner = this.scanner;
-    scanner.newChunk();
     let pos = 0;
     /** Start of the bytes of this chunk not yet forwarded or held. */
     let from = 0;

@@ -306,6 +306,27 @@ describe('RESET whose reply Redis may or may not send (CLIENT REPLY SKIP)', () =
     ).toBe(true);
   });
 
+  // With --lock-method script the server's version is not asked, so RESET's outcome is judged
+  // (reset-marker.ts) on every server line, and a command of the proxy's own goes before it after a
+  // SKIP: only where the RESET's frame begins in the read that ends it.
+  it('right after CLIENT REPLY SKIP, the RESET split across reads: the client bytes reach Redis as sent, and the pipe ends', async (ctx) => {
+    skipWithoutReset(ctx);
+    const proxy = await startTestProxy({ upstream: env.redis.url, lockMethod: 'script' });
+    try {
+      const key = taskLockKey(38n);
+      await call('DEL', key);
+      const reset = cmd('RESET');
+      const client = await RawClient.connect(proxy.port);
+      client.write(Buffer.concat([cmd('CLIENT', 'REPLY', 'SKIP'), reset.subarray(0, 9)]));
+      await sleep(100);
+      client.write(Buffer.concat([reset.subarray(9), cmd('PING', 'after'), lockAttempt(key, 600), cmd('PEXPIRE', key, '5000')]));
+      expect((await client.readReplies(1 + 4 + 1)).toString('latin1')).toBe('$5\r\nafter\r\n' + attemptReplies(1, 1) + ':1\r\n');
+      await client.close();
+    } finally {
+      await proxy.close();
+    }
+  });
+
   /** Sends `bytes` directly and through `port`, from the same empty state; both replies, up to `count`. */
   async function bothWays(port: number, bytes: Buffer, count: number): Promise<{ direct: string; proxied: string }> {
     await call('FLUSHALL');
