@@ -9,15 +9,14 @@ export class HeldLine {
   /** The line, then what came after it; null while nothing is held. */
   private parts: Buffer[] | null = null;
   private size = 0;
+  /** The line to hold once it is written (after the bytes that come before it). */
+  private armed: Buffer | null = null;
 
   /** `write`: sends bytes on to the client, in order. `limit`: bytes held at most, past which the line is the client's. */
   constructor(
     private readonly write: (bytes: Buffer) => void,
     private readonly limit: number,
   ) {}
-
-  /** The line to hold once it is written (after the bytes that come before it). */
-  private armed: Buffer | null = null;
 
   /**
    * Returns a copy of `line` (it may be a view of a read) to write in its place: that write

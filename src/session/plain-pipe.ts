@@ -13,7 +13,7 @@ import type { ProxyContext } from './context.js';
 import type { ReplyStream } from './reply-stream.js';
 import { REPLY_OFF, ResetMarker, type ResetOutcome } from './reset-marker.js';
 import type { ServerWay } from './server-way.js';
-import type { TransactionState } from './transaction-state.js';
+import { isClientReply, type TransactionState } from './transaction-state.js';
 
 /** What the pipe needs of its connection. */
 export interface PlainPipePort {
@@ -27,7 +27,6 @@ export interface PlainPipePort {
   readonly log: Logger;
 }
 
-const REPLY = Buffer.from('reply');
 const OFF = Buffer.from('off');
 const SKIP = Buffer.from('skip');
 
@@ -201,8 +200,7 @@ const REPLY_MAY_BE_OFF = 2;
  */
 function replyChange(scanner: RequestScanner): number {
   if (scanner.nameOpaque || (scanner.cmd === Cmd.Client && scanner.inline)) return REPLY_MAY_SKIP | REPLY_MAY_BE_OFF;
-  if (scanner.cmd !== Cmd.Client || scanner.argc !== 3 || scanner.keyLength !== REPLY.length || !equalsIgnoreCase(scanner.key, 0, REPLY))
-    return 0;
+  if (scanner.argc !== 3 || !isClientReply(scanner)) return 0;
   const is = (word: Buffer): boolean => scanner.valueLength === word.length && equalsIgnoreCase(scanner.value, 0, word);
   return is(SKIP) ? REPLY_MAY_SKIP : is(OFF) ? REPLY_MAY_BE_OFF : 0;
 }

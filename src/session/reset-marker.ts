@@ -23,8 +23,11 @@
  * from the last line before the marker's refusal: RESET answers `+RESET` right before it when
  * it ran, and its error when refused, after which only pushes, messages and MONITOR lines can
  * come (none of them a `+RESET` line). Two cases need more:
- * - a `CLIENT REPLY SKIP` right before the RESET: Redis skips the RESET's answer whether it ran
- *   or not, so the outcome is not known (`unknown`) and the connection stays what it was;
+ * - a `CLIENT REPLY SKIP` before the RESET: Redis skips the RESET's answer whether it ran or
+ *   not. A second unknown command goes right before the RESET and takes the SKIP (`before`);
+ *   where Redis honoured it, that command's refusal does not come, and RESET's answer is held,
+ *   then dropped. Where it cannot go there (the RESET's frame began in an earlier read), or
+ *   replies may be off too, the outcome is not known (`unknown`): the connection stays a pipe;
  * - replies may be OFF: a refused RESET leaves them off, and the marker's refusal never comes.
  *   `CLIENT REPLY ON` and a second marker follow the first. Whatever the RESET did, the second
  *   refusal comes: alone, when replies were off (the RESET was refused, and the proxy then
@@ -140,13 +143,7 @@ export class ResetMarker {
         // Where the command before the RESET took an honoured SKIP, the line held is RESET's answer.
         const absorbed = this.absorber !== null;
         if (absorbed) this.heldAction = 'drop';
-        this.outcome = !judged
-          ? 'ran'
-          : skipPending && !absorbed && this.before === null
-            ? 'unknown'
-            : this.lastWasReset
-              ? 'ran'
-              : 'refused';
+        this.outcome = !judged ? 'ran' : skipPending && this.before === null ? 'unknown' : this.lastWasReset ? 'ran' : 'refused';
         return this.second === null ? 'end' : 'drop';
       }
       if (this.second?.matches(line)) {

@@ -157,7 +157,7 @@ export class TransactionState {
 }
 
 /** CLIENT REPLY changes how many replies come; an inline CLIENT's subcommand is not captured, so any could be it. */
-function isClientReply(scanner: RequestScanner): boolean {
+export function isClientReply(scanner: RequestScanner): boolean {
   if (scanner.cmd !== Cmd.Client) return false;
   return scanner.inline || (scanner.argc >= 2 && scanner.keyLength === REPLY.length && equalsIgnoreCase(scanner.key, 0, REPLY));
 }
