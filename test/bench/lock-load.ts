@@ -14,6 +14,17 @@
  * and replies are only counted (resp-counter.ts), so the generator itself
  * allocates next to nothing per request.
  *
+ * `blocks: 'plain'` is the same load with nothing for the proxy to fix: each
+ * block's four commands become PING / INCRBY k 1 / EXPIRE k 3600 / PING on a
+ * key no rule names (same writes, same replies, same generator). What the
+ * lock blocks cost the proxy beyond pass-through is the difference between
+ * the two, free of the generator's own CPU on a small machine (redis-benchmark,
+ * the pass-through table's generator, costs less).
+ *
+ * Each request's latency (its write to its last reply, at the depth's queueing)
+ * goes into a histogram of 1 µs buckets: the latency under load beside the
+ * throughput, read while the timed part runs.
+ *
  * Against a Redis Cluster (directly or through the proxy's node listeners),
  * each connection goes to one master and sends only keys of its slots, as a
  * cluster client's connection to that node would.
@@ -22,6 +33,7 @@
  */
 import { Buffer } from 'node:buffer';
 import type net from 'node:net';
+import { performance } from 'node:perf_hooks';
 import process from 'node:process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { keySlot, servesSlot, type Shard } from './cluster.js';
@@ -44,6 +56,8 @@ export interface LockLoadOptions {
   depth: number;
   warmupMs: number;
   durationMs: number;
+  /** Lock blocks (the default), or the same commands in a shape nothing fixes (see above). */
+  blocks?: 'lock' | 'plain';
 }
 
 export interface LockLoadResult {
@@ -55,6 +69,8 @@ export interface LockLoadResult {
   seconds: number;
   /** Error replies seen during the whole run (should be 0). */
   errors: number;
+  /** Latency of the timed requests, µs: a request's write to its last reply. */
+  latency: { p50: number; p99: number; p999: number };
 }
 
 const LOCK_IDS = 1_000;
@@ -86,6 +102,19 @@ function lockBlock(key: Buffer): Buffer {
   ]);
 }
 
+/** The same four writes and replies with nothing to fix: no transaction, and a key no rule names. */
+function plainBlock(key: Buffer): Buffer {
+  return Buffer.concat([
+    command('PING'),
+    command('INCRBY', key, '1'),
+    command('EXPIRE', key, String(LOCK_EXPIRY_SECONDS)),
+    command('PING'),
+  ]);
+}
+
+/** The plain block's key for a lock id: a printable prefix no rule names, then the lock key's bytes. */
+const plainKey = (lockKey: Buffer): Buffer => Buffer.concat([Buffer.from('bench:plain:'), lockKey]);
+
 interface Requests {
   locks: Buffer[];
   /** Rotated through in order: PING, GET, SETEX, PING, ... */
@@ -93,12 +122,13 @@ interface Requests {
 }
 
 /** Every request, or with `keep` those whose key it keeps. */
-function encodeRequests(keep: (key: Buffer) => boolean = () => true): Requests {
+function encodeRequests(blocks: 'lock' | 'plain', keep: (key: Buffer) => boolean = () => true): Requests {
   const locks: Buffer[] = [];
   for (let i = 0; i < LOCK_IDS; i++) {
     // Spread the ids over the u64 range like real task ids, not 0..999.
-    const key = taskLockKey(0x0001_0000_0000_0000n + BigInt(i) * 7_919n);
-    if (keep(key)) locks.push(lockBlock(key));
+    const lockKey = taskLockKey(0x0001_0000_0000_0000n + BigInt(i) * 7_919n);
+    const key = blocks === 'lock' ? lockKey : plainKey(lockKey);
+    if (keep(key)) locks.push(blocks === 'lock' ? lockBlock(key) : plainBlock(key));
   }
   const value = Buffer.alloc(64, 'v');
   const others: Buffer[] = [];
@@ -112,8 +142,12 @@ function encodeRequests(keep: (key: Buffer) => boolean = () => true): Requests {
 
 /** Where each connection goes and what it sends: one port and every key, or a shard of a cluster and its keys. */
 function destinations(options: LockLoadOptions): Array<{ port: number; requests: Requests }> {
-  if (options.shards === undefined) return [{ port: options.port, requests: encodeRequests() }];
-  return options.shards.map((shard) => ({ port: shard.port, requests: encodeRequests((key) => servesSlot(shard, keySlot(key))) }));
+  const blocks = options.blocks ?? 'lock';
+  if (options.shards === undefined) return [{ port: options.port, requests: encodeRequests(blocks) }];
+  return options.shards.map((shard) => ({
+    port: shard.port,
+    requests: encodeRequests(blocks, (key) => servesSlot(shard, keySlot(key))),
+  }));
 }
 
 /** Totals shared by all connections of this process. */
@@ -121,6 +155,32 @@ interface Totals {
   requests: number;
   locks: number;
   running: boolean;
+  /** Latencies are recorded (the timed part). */
+  timing: boolean;
+  latency: Histogram;
+}
+
+/** Latencies in 1 µs buckets up to a second, the rest in the last: nothing allocated per request. */
+class Histogram {
+  private readonly counts = new Uint32Array(1_000_001);
+  private total = 0;
+
+  add(micros: number): void {
+    const bucket = micros < 1_000_000 ? Math.floor(micros) : 1_000_000;
+    this.counts[bucket]++;
+    this.total++;
+  }
+
+  /** Nearest-rank percentile, as the upper bound of its bucket (µs). */
+  percentile(p: number): number {
+    const rank = Math.max(1, Math.ceil((p / 100) * this.total));
+    let seen = 0;
+    for (let bucket = 0; bucket < this.counts.length; bucket++) {
+      seen += this.counts[bucket];
+      if (seen >= rank) return bucket + 1;
+    }
+    return Number.NaN;
+  }
 }
 
 /**
@@ -131,6 +191,8 @@ class Connection {
   private readonly counter = new ReplyCounter();
   /** Replies expected per request in flight, oldest first. */
   private readonly expected: Uint8Array;
+  /** When each request in flight was written (performance.now(), ms), in the same ring. */
+  private readonly sentAt: Float64Array;
   private head = 0;
   private inFlight = 0;
   /** Replies still missing for the oldest request. */
@@ -147,6 +209,7 @@ class Connection {
     index: number,
   ) {
     this.expected = new Uint8Array(depth);
+    this.sentAt = new Float64Array(depth);
     // Offsets so the 50 connections do not all send their lock block at once.
     this.slot = index % 5;
     this.other = (index * 7) % requests.others.length;
@@ -184,7 +247,9 @@ class Connection {
       this.other = (this.other + 1) % this.requests.others.length;
     }
     this.slot = (this.slot + 1) % 5;
-    this.expected[(this.head + this.inFlight) % this.depth] = replies;
+    const at = (this.head + this.inFlight) % this.depth;
+    this.expected[at] = replies;
+    this.sentAt[at] = performance.now();
     if (this.inFlight === 0) this.missing = replies;
     this.inFlight++;
   }
@@ -199,8 +264,10 @@ class Connection {
       this.missing -= take;
       if (this.missing > 0) break;
       const done = this.expected[this.head];
-      this.totals.requests++;
-      if (done === 4) this.totals.locks++;
+      const totals = this.totals;
+      totals.requests++;
+      if (done === 4) totals.locks++;
+      if (totals.timing) totals.latency.add((performance.now() - this.sentAt[this.head]) * 1_000);
       this.head = (this.head + 1) % this.depth;
       this.inFlight--;
       if (this.totals.running) this.send();
@@ -215,7 +282,7 @@ class Connection {
 async function lockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
   const to = destinations(options);
   const destination = (i: number) => to[i % to.length];
-  const totals: Totals = { requests: 0, locks: 0, running: true };
+  const totals: Totals = { requests: 0, locks: 0, running: true, timing: false, latency: new Histogram() };
   const sockets = await Promise.all(Array.from({ length: options.connections }, (_, i) => connect(destination(i).port)));
   let failure: Error | null = null;
   for (const socket of sockets) {
@@ -233,7 +300,9 @@ async function lockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
   const startRequests = totals.requests;
   const startLocks = totals.locks;
   const t0 = process.hrtime.bigint();
+  totals.timing = true;
   await sleep(options.durationMs);
+  totals.timing = false;
   const requests = totals.requests - startRequests;
   const locks = totals.locks - startLocks;
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
@@ -252,6 +321,7 @@ async function lockLoad(options: LockLoadOptions): Promise<LockLoadResult> {
     requests,
     seconds,
     errors: connections.reduce((sum, c) => sum + c.errors, 0),
+    latency: { p50: totals.latency.percentile(50), p99: totals.latency.percentile(99), p999: totals.latency.percentile(99.9) },
   };
 }
 

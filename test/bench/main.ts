@@ -303,6 +303,8 @@ interface Setup {
   targets: Target[];
   /** nutcracker refuses MULTI/EXEC, so it cannot carry a lock block. */
   lockTargets: Target[];
+  /** The lock load with plain blocks (lock-load.ts): the same load's pass-through, on the targets it is compared with. */
+  plainTargets: Target[];
   /** The process of each hop (every target but direct): whose CPU a load costs. */
   hops: PerTarget<number>;
   /** Why a peer is missing, per missing peer. */
@@ -367,8 +369,9 @@ async function startTargets(tools: Tools, options: Options, dir: string, fdLimit
     lockTargets: [
       ...targets.filter((t) => t.name === 'direct' || t.name === 'proxy' || t.name === 'baseline'),
       { name: 'script' as const, port: scripted.port },
-      ...targets.filter((t) => t.name === 'haproxy'),
+      ...targets.filter((t) => t.name === 'haproxy' || t.name === 'relay'),
     ],
+    plainTargets: targets.filter((t) => t.name === 'direct' || t.name === 'proxy' || t.name === 'haproxy' || t.name === 'relay'),
     hops: {
       proxy: proxy.pid,
       ...(baseline ? { baseline: baseline.pid } : {}),
@@ -426,8 +429,14 @@ async function benchmarkRun(tools: Tools, profile: Profile, tag: string, p: Pipe
   return r;
 }
 
-/** One lock load of a round, logged. */
-async function lockRun(profile: Profile, tag: string, p: Pipeline, target: LoadTarget): Promise<LockLoadResult> {
+/** One lock load of a round (with plain blocks: its pass-through), logged. */
+async function lockRun(
+  profile: Profile,
+  tag: string,
+  p: Pipeline,
+  target: LoadTarget,
+  blocks: 'lock' | 'plain' = 'lock',
+): Promise<LockLoadResult> {
   const r = await runLockLoad({
     port: target.port,
     shards: target.shards,
@@ -435,9 +444,14 @@ async function lockRun(profile: Profile, tag: string, p: Pipeline, target: LoadT
     depth: DEPTH[p],
     warmupMs: profile.lockWarmupMs,
     durationMs: profile.lockMs,
+    blocks,
   });
   const errors = r.errors > 0 ? `, ${r.errors} ERROR REPLIES` : '';
-  log(`${tag} lock load ${p.toUpperCase()} ${target.name}: ${int(r.rps)} requests/s, ${int(r.locksPerSecond)} lock blocks/s${errors}`);
+  const { p50, p99, p999 } = r.latency;
+  log(
+    `${tag} ${blocks} load ${p.toUpperCase()} ${target.name}: ${int(r.rps)} requests/s, ${int(r.locksPerSecond)} ${blocks} blocks/s, ` +
+      `latency p50 ${int(p50)} µs, p99 ${int(p99)} µs, p99.9 ${int(p999)} µs${errors}`,
+  );
   return r;
 }
 
@@ -465,6 +479,7 @@ async function runRounds(tools: Tools, setup: Setup, profile: Profile, results: 
     }
     for (const p of PIPELINES) {
       for (const target of setup.lockTargets) record(results.lock[p], target.name, await lockRun(profile, tag, p, target));
+      for (const target of setup.plainTargets) record(results.plain[p], target.name, await lockRun(profile, tag, p, target, 'plain'));
     }
     // All targets in one run, their round trips interleaved (see latency.ts).
     const latency = await runLatency({ targets: setup.targets, warmup: profile.latencyWarmup, roundTrips: profile.latencyRoundTrips });

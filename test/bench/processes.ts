@@ -36,9 +36,9 @@ export type TargetName = 'direct' | 'proxy' | 'baseline' | 'script' | 'haproxy' 
  */
 export const TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'haproxy', 'nutcracker', 'relay'];
 /** The targets of the lock load: also the proxy with --lock-method script ('script'); nutcracker cannot carry MULTI. */
-export const LOCK_TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'script', 'haproxy'];
+export const LOCK_TARGET_NAMES: readonly TargetName[] = ['direct', 'proxy', 'baseline', 'script', 'haproxy', 'relay'];
 /**
- * The targets of the interactive transaction (interactive.ts): the lock targets but 'script', which must see the whole
+ * The targets of the interactive transaction (interactive.ts): the lock targets but the relay and 'script', which must see the whole
  * block before it can send it as one script, so it holds each MULTI for --hold-ms (10 ms: 50 s a round, for a figure
  * known in advance).
  */

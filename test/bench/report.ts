@@ -40,6 +40,8 @@ export interface ClusterResults extends LoadResults {
 
 /** Every raw figure, one array entry per round. */
 export interface Results extends LoadResults {
+  /** The lock load with plain blocks: the same load's pass-through (lock-load.ts). */
+  plain: Record<Pipeline, PerTarget<LockLoadResult[]>>;
   /** CPU per request of each hop's process during the pass-through runs (cpu.ts). */
   cpu: Record<Pipeline, PerTarget<CpuPerRequest[]>>;
   latency: PerTarget<LatencyResult[]>;
@@ -54,6 +56,7 @@ const emptyLoads = (): LoadResults => ({ passThrough: { p1: {}, p16: {} }, lock:
 export function emptyResults(): Results {
   return {
     ...emptyLoads(),
+    plain: { p1: {}, p16: {} },
     cpu: { p1: {}, p16: {} },
     latency: {},
     interactive: {},
@@ -85,6 +88,10 @@ export interface CpuMedian {
 }
 
 export interface Medians extends LoadMedians {
+  /** Requests/s of the lock load with plain blocks. */
+  plain: Record<Pipeline, PerTarget<number>>;
+  /** The lock load's latency under load (its requests, write to last reply). */
+  lockLatency: Record<Pipeline, PerTarget<LatencyMedian>>;
   cpu: Record<Pipeline, PerTarget<CpuMedian>>;
   latency: PerTarget<LatencyMedian>;
   interactive: PerTarget<InteractiveMedian>;
@@ -143,8 +150,16 @@ export function computeMedians(results: Results): Medians {
     const steps = (kind: KeyKind) => Object.fromEntries(STEPS.map((step) => [step, of((r) => r[kind][step])])) as Record<Step, Percentiles>;
     return { ping: of((r) => r.ping), lock: steps('lock'), plain: steps('plain') };
   };
+  const rps = (runs: LockLoadResult[]): number => median(runs.map((r) => r.rps));
+  const lockLatency = (runs: LockLoadResult[]): LatencyMedian => ({
+    p50: median(runs.map((r) => r.latency.p50)),
+    p99: median(runs.map((r) => r.latency.p99)),
+    p999: median(runs.map((r) => r.latency.p999)),
+  });
   return {
     ...loadMedians(results),
+    plain: { p1: mapTargets(results.plain.p1, rps), p16: mapTargets(results.plain.p16, rps) },
+    lockLatency: { p1: mapTargets(results.lock.p1, lockLatency), p16: mapTargets(results.lock.p16, lockLatency) },
     cpu: { p1: mapTargets(results.cpu.p1, cpu), p16: mapTargets(results.cpu.p16, cpu) },
     latency: mapTargets(results.latency, (runs) => ({
       p50: median(runs.map((r) => r.p50)),
@@ -238,6 +253,21 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
       'not measured',
     );
   };
+  // The same, against the lock load's own pass-through: the same generator, its blocks in a shape nothing fixes.
+  const lockAtPlainSpeed = (p: Pipeline): Verdict => {
+    const lock = ratioOf(m.lock[p].proxy, m.lock[p].direct);
+    const plain = ratioOf(m.plain[p].proxy, m.plain[p].direct);
+    const P = p.toUpperCase();
+    return check(
+      `lock acquisition ${P} proxy/direct >= 0.95x the same load's with plain blocks ${P} proxy/direct`,
+      ratioOf(lock, plain),
+      '>=',
+      0.95,
+      (v) => `${times(v)} (lock ${times(lock as number)}, plain ${times(plain as number)})`,
+      'not measured',
+    );
+  };
+  const underLoadOverHaproxy = ratioOf(m.lockLatency.p16.proxy?.p99, m.lockLatency.p16.haproxy?.p99);
   // Each step of a transaction sent a command at a time against a PING on the same connection, in the same run.
   const interactiveSteps = (kind: KeyKind): Verdict => {
     const proxy = m.interactive.proxy;
@@ -270,10 +300,12 @@ export function evaluateTargets(m: Medians, results: Results, absent: PerTarget<
     check('lock acquisition P1 via proxy >= 0.9x direct', ratioOf(m.lock.p1.proxy, m.lock.p1.direct), '>=', 0.9, times, 'not measured'),
     check('lock acquisition P16 via proxy >= 0.9x direct', ratioOf(m.lock.p16.proxy, m.lock.p16.direct), '>=', 0.9, times, 'not measured'),
     ...PIPELINES.map(lockAtPassThroughSpeed),
+    ...PIPELINES.map(lockAtPlainSpeed),
     check('added latency p50 <= 60 µs', addedLatency('p50'), '<=', 60, micros, 'not measured'),
     check('added latency p99 <= 250 µs', addedLatency('p99'), '<=', 250, micros, 'not measured'),
     check("latency p50 (PING/GET) via proxy <= HAProxy's", latencyOverHaproxy('p50'), '<=', 1, times, noPeer('haproxy')),
     check("latency p99 (PING/GET) via proxy <= 1.2x HAProxy's", latencyOverHaproxy('p99'), '<=', 1.2, times, noPeer('haproxy')),
+    check("latency under load (lock load P16) p99 via proxy <= 1.2x HAProxy's", underLoadOverHaproxy, '<=', 1.2, times, noPeer('haproxy')),
     ...KEY_KINDS.map(interactiveSteps),
     memoryCheck('RSS <= 135 MiB with 5,000 idle connections (VmHWM)', mem.idleHwm, (v) => v, '<=', 135),
     memoryCheck('RSS growth < 64 MiB streaming 256 MiB to a slow reader', mem.streamGrowth, (v) => v, '<', 64),
@@ -398,22 +430,47 @@ export function renderReport(results: Results, m: Medians, verdicts: Verdict[], 
   out.push(
     '  (direct runs the block as sent; the proxy sends it with NX inside the transaction; script: the proxy with --lock-method script;',
   );
-  out.push('   nutcracker does not support MULTI)');
+  out.push('   nutcracker does not support MULTI; plain: the same load, each block PING / INCRBY k 1 / EXPIRE k 3600 / PING on a');
+  out.push("   key no rule names, the lock load's own pass-through; relay: the bare Node relay)");
+  const lockRow = (label: string, v: (name: TargetName) => number | undefined, none: string): string[] => [
+    label,
+    ...lockTargets.map((name) => cell(name, v(name), int, none)),
+    ratio(v('proxy'), v('direct')),
+    ratio(v('script'), v('direct')),
+    ratio(v('proxy'), v('haproxy')),
+    ratio(v('proxy'), v('relay')),
+    ...baselineRatio(v('proxy'), v('baseline')),
+  ];
   out.push(
     table(
-      ['load', ...lockTargets, 'proxy/direct', 'script/direct', 'proxy/haproxy', ...vsBaseline],
-      PIPELINES.map((p) => [
-        `lock ${p.toUpperCase()}`,
-        ...lockTargets.map((name) => cell(name, m.lock[p][name], int)),
-        ratio(m.lock[p].proxy, m.lock[p].direct),
-        ratio(m.lock[p].script, m.lock[p].direct),
-        ratio(m.lock[p].proxy, m.lock[p].haproxy),
-        ...baselineRatio(m.lock[p].proxy, m.lock[p].baseline),
-      ]),
+      ['load', ...lockTargets, 'proxy/direct', 'script/direct', 'proxy/haproxy', 'proxy/relay', ...vsBaseline],
+      [
+        ...PIPELINES.map((p) => lockRow(`lock ${p.toUpperCase()}`, (name) => m.lock[p][name], 'n/a')),
+        ...PIPELINES.map((p) => lockRow(`plain ${p.toUpperCase()}`, (name) => m.plain[p][name], '-')),
+      ],
     ),
   );
   const lockErrors = errorReplies(results);
   if (lockErrors > 0) out.push(`  WARNING: ${lockErrors} error replies during the lock loads`);
+
+  out.push('');
+  out.push(
+    `Latency under load: the lock load's requests above, each from its write to its last reply (a lock block's 4), µs, ${rounds}`,
+    `  (${ctx.lockConnections} connections; at P16 a request waits behind the 15 before it on its connection)`,
+  );
+  const underLoadRows = PIPELINES.flatMap((p) =>
+    (['p50', 'p99', 'p999'] as const).map((q) => {
+      const v = (name: TargetName): number | undefined => m.lockLatency[p][name]?.[q];
+      return [
+        `${p.toUpperCase()} ${q === 'p999' ? 'p99.9' : q}`,
+        ...lockTargets.map((name) => cell(name, v(name), int)),
+        ratio(v('proxy'), v('haproxy')),
+        ratio(v('proxy'), v('relay')),
+        ...baselineRatio(v('proxy'), v('baseline')),
+      ];
+    }),
+  );
+  out.push(table(['load', ...lockTargets, 'proxy/haproxy', 'proxy/relay', ...vsBaseline], underLoadRows));
 
   out.push('');
   out.push(
