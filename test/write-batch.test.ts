@@ -1,6 +1,7 @@
 /**
  * WriteBatch: the writes made while one chunk is processed leave together, one write for one
- * piece and one corked writev for several; outside a batch a write goes out at once.
+ * piece, one write of a copy for several small ones and one corked writev for several that are
+ * large together; outside a batch a write goes out at once.
  */
 import type net from 'node:net';
 import { describe, expect, it } from 'vitest';
@@ -20,7 +21,7 @@ describe('WriteBatch', () => {
     expect(events).toEqual(['send a']);
   });
 
-  it('sends one piece with one write, and several corked together, at the end of the outermost batch', () => {
+  it('sends one piece with one write, and several small ones copied into one write, at the end of the outermost batch', () => {
     const { events, batch } = recording();
     batch.begin();
     batch.add(Buffer.from('a'));
@@ -35,7 +36,31 @@ describe('WriteBatch', () => {
     expect(events).toEqual([]);
     batch.add(Buffer.from('d'));
     batch.end();
-    expect(events).toEqual(['cork', 'send b', 'send c', 'send d', 'uncork']);
+    expect(events).toEqual(['send bcd']);
+  });
+
+  it('corks pieces that are more than 16 KiB together into one writev, each written as it is', () => {
+    const events: string[] = [];
+    const sent: Buffer[] = [];
+    const socket = { cork: () => events.push('cork'), uncork: () => events.push('uncork') } as unknown as net.Socket;
+    const batch = new WriteBatch(socket, (bytes) => {
+      events.push(`send ${bytes.length}`);
+      sent.push(bytes);
+    });
+    const pieces = [Buffer.alloc(10_000, 'a'), Buffer.alloc(6_384, 'b'), Buffer.from('c')];
+    batch.begin();
+    for (const piece of pieces) batch.add(piece);
+    batch.end();
+    expect(events).toEqual(['cork', 'send 10000', 'send 6384', 'send 1', 'uncork']);
+    expect(sent.every((bytes, i) => bytes === pieces[i])).toBe(true);
+    events.length = 0;
+    // 16 KiB in all is still one copy, in order.
+    batch.begin();
+    batch.add(pieces[0]);
+    batch.add(pieces[1]);
+    batch.end();
+    expect(events).toEqual(['send 16384']);
+    expect(sent[3].equals(Buffer.concat([pieces[0], pieces[1]]))).toBe(true);
   });
 
   it('flushes on demand (before a socket is ended), and keeps working afterwards', () => {

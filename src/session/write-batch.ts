@@ -1,6 +1,9 @@
 /**
  * Writes made while one chunk is processed leave together: in one write (the usual case, no
  * cork needed) or one writev, instead of one system call each (WriteBatch, towards the client).
+ * Several small pieces (a chunk cut around a lock pair's expiry, an EXEC reply with its elements
+ * restored) are copied into one buffer and written once: a corked writev costs Node far more per
+ * piece (its buffered-request list, the array handed to libuv) than copying a few hundred bytes.
  *
  * Writes towards Redis wait for the end of the event loop's poll phase (DeferredWrites, one
  * setImmediate for every connection). Then everything Redis had sent by the time the loop polled
@@ -10,6 +13,9 @@
  * still unread in the kernel. Reading first keeps the reply.
  */
 import type net from 'node:net';
+
+/** Up to this many bytes in all, several pieces are copied into one buffer rather than corked into a writev. */
+const COPY_AT_MOST_BYTES = 16 * 1024;
 
 /** Writes collected for one socket, sent together: in one write (the usual case, no cork needed) or one writev. */
 class CollectedWrites {
@@ -40,6 +46,12 @@ class CollectedWrites {
       this.send(first);
       return;
     }
+    let total = first.length;
+    for (let i = 0; i < more.length; i++) total += more[i].length;
+    if (total <= COPY_AT_MOST_BYTES) {
+      this.send(joinedCopy(first, more, total));
+      return;
+    }
     this.socket.cork();
     this.send(first);
     for (const part of more) this.send(part);
@@ -51,6 +63,14 @@ class CollectedWrites {
     this.first = null;
     this.more = null;
   }
+}
+
+/** `first` and then `more`, copied in order into one new buffer of `total` bytes. */
+function joinedCopy(first: Buffer, more: readonly Buffer[], total: number): Buffer {
+  const out = Buffer.allocUnsafe(total);
+  let at = first.copy(out, 0);
+  for (let i = 0; i < more.length; i++) at += more[i].copy(out, at);
+  return out;
 }
 
 /** Collects writes between begin() and the matching end(); outside them a write goes out at once. */
