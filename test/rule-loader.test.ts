@@ -13,7 +13,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { fileURLToPath } from 'node:url';
 import { problemsOf, RuleFileError } from '../src/errors.js';
-import { createRuleSet, loadRules, parseRuleFile, ruleProblems } from '../src/rules/loader.js';
+import { createRuleSet, loadRules, parseRuleFile, ruleMatches, ruleProblems } from '../src/rules/loader.js';
 import { RuleStore } from '../src/rules/store.js';
 import type { RuleSet } from '../src/rules/types.js';
 import { Stats } from '../src/stats.js';
@@ -364,6 +364,26 @@ describe('parseRuleFile and matching', () => {
     expect(set.match(Buffer.from('lock:123'))?.name).toBe('narrow');
     expect(set.match(Buffer.from('lock:1a'))?.name).toBe('broad');
     expect(set.match(Buffer.from('other'))).toBeUndefined();
+  });
+
+  it("matches as a walk over every rule in order would, whatever the key's first byte (an empty prefix goes with every byte)", () => {
+    const rules = parseRuleFile(
+      file(
+        '  - name: x-exact\n    prefix: "x"\n    pattern: \'^x[0-9]$\'\n',
+        '  - name: any-ends-9\n    prefix: ""\n    pattern: \'^.*9$\'\n',
+        '  - name: x-any\n    prefix: "x"\n',
+        '  - name: bin\n    prefix_hex: "17"\n',
+        '  - name: empty-key\n    prefix: ""\n    pattern: \'^$\'\n',
+      ),
+      'x.yaml',
+    ).rules;
+    const set = createRuleSet(rules, ['x.yaml']);
+    const walked = (k: Buffer) => set.rules.find((rule) => ruleMatches(rule, k))?.name;
+    const keys = ['x1', 'x19', 'xa', 'x', 'y9', 'y', '', '9', '\x17', '\x179', '\xff9'].map((k) => Buffer.from(k, 'latin1'));
+    for (let byte = 0; byte < 256; byte++) keys.push(Buffer.from([byte]), Buffer.from([byte, 0x39]));
+    for (const k of keys) expect(set.match(k)?.name, k.toString('hex')).toBe(walked(k));
+    expect(set.match(Buffer.from('x19'))?.name).toBe('any-ends-9');
+    expect(set.match(Buffer.from(''))?.name).toBe('empty-key');
   });
 
   it('allows an empty prefix when a pattern narrows it', () => {

@@ -14,7 +14,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { chooseRules } from '../src/config.js';
 import { describeLockKey } from '../src/lock-keys/read.js';
-import { createRuleSet, loadRules, parseRuleFile } from '../src/rules/loader.js';
+import { createRuleSet, loadRules, parseRuleFile, ruleMatches } from '../src/rules/loader.js';
 import { formatRange } from '../src/rules/releases.js';
 import { shippedStalwartFiles, STALWART_RULES_DIR, stalwartFleet, stalwartRelease } from '../src/rules/stalwart.js';
 import { releasesText } from '../src/rules/store.js';
@@ -51,6 +51,18 @@ describe('the shipped rule files', () => {
     const kinds = new Set(RELEASE_LINES.flatMap((line) => line.locks.map((kind) => kind.rule)));
     expect([...kinds].sort()).toEqual([...names].sort());
     expect(ALL.rules.every((rule) => rule.mode === 'enforce' && rule.key !== undefined && rule.describe !== undefined)).toBe(true);
+  });
+});
+
+describe('matching the shipped rules', () => {
+  it('gives each key the rule a walk over every rule in order gives it', () => {
+    fc.assert(
+      fc.property(fc.constantFrom(...ALL.rules), fc.uint8Array({ maxLength: 24 }), fc.boolean(), (rule, tail, withPrefix) => {
+        const key = Buffer.concat([withPrefix ? rule.prefix : Buffer.alloc(0), tail]);
+        expect(ALL.match(key)?.name).toBe(ALL.rules.find((r) => ruleMatches(r, key))?.name);
+      }),
+      { numRuns: LOCK_RUNS * 10 },
+    );
   });
 });
 

@@ -351,12 +351,27 @@ export function createRuleSet(rules: Rule[], files: readonly string[], releases:
 
 function ruleSetOf(rules: Rule[], files: readonly string[], releases: readonly ReleaseRange[]): RuleSet {
   const ordered: readonly Rule[] = Object.freeze(rules);
+  const byFirstByte = rulesByFirstByte(ordered);
   return {
     rules: ordered,
     files: Object.freeze([...files]),
     releases: Object.freeze([...releases]),
-    match: (key) => firstMatch(ordered, key),
+    match: (key) => firstMatch(key.length > 0 ? byFirstByte[key[0]] : byFirstByte[256], key),
   };
+}
+
+/**
+ * For each first byte of a key (256: the empty key), the rules that may match it, in priority
+ * order: those whose prefix starts with that byte, and those with an empty prefix. A key is then
+ * compared with the few rules of its kind, not with every release line's.
+ */
+function rulesByFirstByte(ordered: readonly Rule[]): ReadonlyArray<readonly Rule[]> {
+  const lists: Rule[][] = Array.from({ length: 257 }, () => []);
+  for (const rule of ordered) {
+    if (rule.prefix.length === 0) for (const list of lists) list.push(rule);
+    else lists[rule.prefix[0]].push(rule);
+  }
+  return lists;
 }
 
 /**
