@@ -92,24 +92,14 @@ export function taskLockKey(id: bigint): Buffer {
   return key;
 }
 
-/** The four commands of one attempt, as one buffer. */
-function lockBlock(key: Buffer): Buffer {
-  return Buffer.concat([
-    command('MULTI'),
-    command('INCRBY', key, '1'),
-    command('EXPIRE', key, String(LOCK_EXPIRY_SECONDS)),
-    command('EXEC'),
-  ]);
-}
-
-/** The same four writes and replies with nothing to fix: no transaction, and a key no rule names. */
-function plainBlock(key: Buffer): Buffer {
-  return Buffer.concat([
-    command('PING'),
-    command('INCRBY', key, '1'),
-    command('EXPIRE', key, String(LOCK_EXPIRY_SECONDS)),
-    command('PING'),
-  ]);
+/**
+ * One attempt's four commands as one buffer: `MULTI / INCRBY k 1 / EXPIRE k 3600 / EXEC` for a
+ * lock block; for a plain one the same writes and replies with nothing to fix, PING in place of
+ * MULTI and EXEC (no transaction).
+ */
+function attempt(key: Buffer, blocks: 'lock' | 'plain'): Buffer {
+  const [open, close] = blocks === 'lock' ? ['MULTI', 'EXEC'] : ['PING', 'PING'];
+  return Buffer.concat([command(open), command('INCRBY', key, '1'), command('EXPIRE', key, String(LOCK_EXPIRY_SECONDS)), command(close)]);
 }
 
 /** The plain block's key for a lock id: a printable prefix no rule names, then the lock key's bytes. */
@@ -128,7 +118,7 @@ function encodeRequests(blocks: 'lock' | 'plain', keep: (key: Buffer) => boolean
     // Spread the ids over the u64 range like real task ids, not 0..999.
     const lockKey = taskLockKey(0x0001_0000_0000_0000n + BigInt(i) * 7_919n);
     const key = blocks === 'lock' ? lockKey : plainKey(lockKey);
-    if (keep(key)) locks.push(blocks === 'lock' ? lockBlock(key) : plainBlock(key));
+    if (keep(key)) locks.push(attempt(key, blocks));
   }
   const value = Buffer.alloc(64, 'v');
   const others: Buffer[] = [];
