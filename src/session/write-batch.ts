@@ -17,7 +17,10 @@ import type net from 'node:net';
 /** Up to this many bytes in all, several pieces are copied into one buffer rather than corked into a writev. */
 const COPY_AT_MOST_BYTES = 16 * 1024;
 
-/** Writes collected for one socket, sent together: in one write (the usual case, no cork needed) or one writev. */
+/**
+ * Writes collected for one socket, sent together: one write as it is (the usual case), one write of
+ * a copy when several are small together, or one corked writev.
+ */
 class CollectedWrites {
   /** The first write collected: most batches hold one, and then no array is touched. */
   private first: Buffer | null = null;
