@@ -84,6 +84,36 @@ describe('ReplyStream', () => {
     }
   });
 
+  it('a reply of the proxy’s own whose error may answer a client’s command: passed on (rewritten) when the mark says so when it comes, else taken aside', () => {
+    for (const cuts of [[], [2], [12, 30], [40]]) {
+      const port = new FakePort();
+      const stream = new ReplyStream(
+        port,
+        redirectWatch((line) => (line.toString('latin1').startsWith('-ASK') ? Buffer.from('-ASK 1 proxy:7002\r\n') : null)),
+        OWN_REPLY_TIMEOUT_MS,
+      );
+      const own: string[] = [];
+      const asked: boolean[] = [];
+      const verdicts = [true, false];
+      const passes = (): boolean => {
+        const verdict = verdicts[asked.length];
+        asked.push(verdict);
+        return verdict;
+      };
+      stream.capture((reply) => own.push(reply.toString('latin1')), false, undefined, passes);
+      stream.capture((reply) => own.push(reply.toString('latin1')), false, undefined, passes);
+      stream.capture((reply) => own.push(reply.toString('latin1')), false, undefined, passes);
+      stream.expect(1);
+      feed(stream, '-ASK 1 10.0.0.9:6379\r\n-ERR not an integer\r\n+QUEUED\r\n+PONG\r\n', cuts);
+      expect([own, port.client, asked, stream.pending], String(cuts)).toEqual([
+        ['-ERR not an integer\r\n', '+QUEUED\r\n'],
+        '-ASK 1 proxy:7002\r\n+PONG\r\n',
+        [true, false],
+        false,
+      ]);
+    }
+  });
+
   it('takes the proxy’s own reply aside after the replies expected before it, and counts those after it', () => {
     const port = new FakePort();
     const stream = new ReplyStream(port, null, OWN_REPLY_TIMEOUT_MS);

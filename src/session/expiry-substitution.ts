@@ -6,6 +6,12 @@
  *
  * - both queued: the copy's `+QUEUED` is the client's answer for its expiry, and the client's
  *   next bytes (its EXEC) go on;
+ * - the copy refused (a -MOVED/-ASK while a slot moves, -OOM, -NOPERM on the key): the copy is
+ *   the client's own command on the client's own key, so its refusal is what Redis answers the
+ *   client's expiry at that moment, and Redis has already marked the transaction to abort. The
+ *   refusal goes to the client as Redis wrote it (a redirect rewritten like any other), and
+ *   nothing is sent again: a transaction sent again could get another answer (the slot moved on)
+ *   beside the increment's first one;
  * - the script refused (a user without EVAL): the transaction now holds a refusal the client did
  *   not cause, so it is discarded and sent again as the client sent it (MULTI, the increment, the
  *   expiry), and the client gets that expiry's answer. A transaction the proxy follows has no
@@ -33,6 +39,11 @@ const DISCARD = encodeCommand('DISCARD');
 const MULTI = encodeCommand('MULTI');
 const QUEUED = Buffer.from('+QUEUED\r\n');
 const PLUS = 0x2b;
+const NOPERM = Buffer.from('-NOPERM');
+
+function isNoPerm(reply: Buffer): boolean {
+  return reply.subarray(0, NOPERM.length).equals(NOPERM);
+}
 
 /** What the substitution needs of its connection. */
 export interface SubstitutionPort {
@@ -56,6 +67,8 @@ interface InFlight {
   readonly afterAsking: boolean;
   /** Redis's answer to the copy, once in. */
   probe: Buffer | null;
+  /** The copy was refused inside the transaction, and that refusal went to the client. */
+  copyRefused: boolean;
 }
 
 export class ExpirySubstitution {
@@ -117,14 +130,36 @@ export class ExpirySubstitution {
     const command = scanner.cmd === Cmd.Pexpire ? BLOCK_COMMANDS.PEXPIRE : BLOCK_COMMANDS.EXPIRE;
     const key = scanner.key.subarray(0, scanner.keyLength);
     const ttl = scanner.value.subarray(0, scanner.valueLength);
-    const inFlight: InFlight = { expiry: Buffer.from(expiry), increment, afterAsking: this.multiAfterAsking, probe: null };
+    const inFlight: InFlight = {
+      expiry: Buffer.from(expiry),
+      increment,
+      afterAsking: this.multiAfterAsking,
+      probe: null,
+      copyRefused: false,
+    };
     this.inFlight = inFlight;
     this.port.writeUpstream(expiryProbe(command, key));
-    this.replies.capture((reply) => {
-      inFlight.probe = Buffer.from(reply);
-    });
+    this.replies.capture(
+      (reply) => {
+        inFlight.probe = Buffer.from(reply);
+      },
+      false,
+      undefined,
+      () => this.copyRefused(inFlight),
+    );
     this.port.writeUpstream(conditionalExpiry(command, key, ttl));
     this.replies.capture((reply) => this.scriptAnswered(inFlight, reply));
+  }
+
+  /**
+   * Redis answered the copy with an error. Inside the transaction (the MULTI's answer, read
+   * before this one, opened it) that is the client's answer for its expiry, passed on as it
+   * came; with no transaction it is the copy's own failure on its value, taken aside.
+   */
+  private copyRefused(inFlight: InFlight): boolean {
+    if (this.multi !== 'opened') return false;
+    inFlight.copyRefused = true;
+    return true;
   }
 
   /** Redis answered the script (its queueing, or, with no transaction, its run). */
@@ -134,6 +169,9 @@ export class ExpirySubstitution {
       // No transaction: the copy failed and the script ran on their own. The expiry runs now as
       // the client sent it, as it would have right after its increment.
       this.sendAsClientDid(inFlight.expiry);
+    } else if (inFlight.copyRefused) {
+      // The client has its answer, and the transaction aborts at its EXEC whatever the script got.
+      if (isNoPerm(reply)) this.learnEvalRefused(reply, 'the transaction aborts as Redis marked it, for its own refusal');
     } else if (reply.equals(QUEUED)) {
       this.port.writeClient(inFlight.probe ?? QUEUED);
     } else {
@@ -148,15 +186,8 @@ export class ExpirySubstitution {
    * the transaction's, which Redis answers again.
    */
   private replayed(inFlight: InFlight, reply: Buffer): void {
-    const refusal = reply.toString('latin1', 0, Math.min(reply.length, 200)).replace(/\r\n$/, '');
     this.streamed.scriptRefused();
-    if (refusal.startsWith('-NOPERM')) {
-      this.evalRefused = true;
-      this.port.log.warn(
-        { refusal },
-        "Redis refused the expiry script to this user (it needs +eval): the transaction went again as the client sent it, its lock re-armed; this connection's later lock blocks go unchanged",
-      );
-    }
+    if (isNoPerm(reply)) this.learnEvalRefused(reply, 'the transaction went again as the client sent it, its lock re-armed');
     const ignore = (): void => {};
     this.port.writeUpstream(DISCARD);
     this.replies.capture(ignore);
@@ -169,6 +200,15 @@ export class ExpirySubstitution {
     this.port.writeUpstream(inFlight.increment);
     this.replies.capture(ignore);
     this.sendAsClientDid(inFlight.expiry);
+  }
+
+  /** The script is refused to this user: the connection's later pairs go unchanged. */
+  private learnEvalRefused(reply: Buffer, outcome: string): void {
+    this.evalRefused = true;
+    this.port.log.warn(
+      { refusal: reply.toString('latin1', 0, Math.min(reply.length, 200)).replace(/\r\n$/, '') },
+      `Redis refused the expiry script to this user (it needs +eval): ${outcome}; this connection's later lock blocks go unchanged`,
+    );
   }
 
   private sendAsClientDid(expiry: Buffer): void {

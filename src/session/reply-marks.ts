@@ -17,8 +17,11 @@ export type Mark =
       readonly kind: 'capture';
       readonly handle: (reply: Buffer) => void;
       readonly timed: boolean;
-      /** A simple error in its place is passed on as a counted reply, not captured. */
-      readonly errorsPass: boolean;
+      /**
+       * Whether a simple error in its place is passed on as a counted reply (rewritten like any
+       * other), not captured: always, or as the function decides when the error comes.
+       */
+      readonly errorsPass: boolean | (() => boolean);
       /** The reply carries a lock block's replies (its rule and key). */
       readonly lock: LockBlockRef | undefined;
       after: number;

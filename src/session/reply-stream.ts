@@ -168,10 +168,12 @@ export class ReplyStream {
    * By default it is a command of the proxy's own, whose reply has a bound. `clients`: it is the
    * client's own command, whose reply the proxy changes (EXEC's array): no bound (Redis answers
    * its client in its own time), and an error in its place is Redis's own, passed on as any reply.
-   * `lock`: the reply carries a lock block's replies (lockBlocksDue).
+   * `lock`: the reply carries a lock block's replies (lockBlocksDue). `errorPasses`: asked when
+   * the reply is a simple error; true passes it on to the client as the answer to one of its own
+   * commands (a -MOVED/-ASK rewritten like any other), and `handle` is not called.
    */
-  capture(handle: (reply: Buffer) => void, clients = false, lock?: LockBlockRef): void {
-    this.marks.push({ kind: 'capture', handle, timed: !clients, errorsPass: clients, lock, after: 0 });
+  capture(handle: (reply: Buffer) => void, clients = false, lock?: LockBlockRef, errorPasses?: () => boolean): void {
+    this.marks.push({ kind: 'capture', handle, timed: !clients, errorsPass: clients || (errorPasses ?? false), lock, after: 0 });
     this.passing = false;
     this.clockOwnReply();
   }
@@ -281,13 +283,15 @@ export class ReplyStream {
       }
       if (
         head.kind === 'capture' &&
-        head.errorsPass &&
+        head.errorsPass !== false &&
         scanner.atFrameBoundary &&
         this.captureParts.length === 0 &&
-        chunk[pos] === 0x2d /* - */
+        chunk[pos] === 0x2d /* - */ &&
+        (head.errorsPass === true || head.errorsPass())
       ) {
-        // An error where the mark wanted an array (EXEC refused as a whole): Redis's own, passed on
-        // as any counted reply, so that a -MOVED/-ASK is rewritten like any other.
+        // An error where the mark wanted an array (EXEC refused as a whole), or one that answers a
+        // client's command: Redis's own, passed on as any counted reply, so that a -MOVED/-ASK is
+        // rewritten like any other.
         this.passMark();
         this.outstanding++;
         continue;

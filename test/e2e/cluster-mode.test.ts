@@ -411,7 +411,13 @@ describe('cluster mode: slot migration', () => {
         // A key that is not on the source any more (or never was): -ASK to the target, in every reply of the block.
         const direct = await exchange(source.port, lockAttempt(key, 60), 4);
         expect(direct).toMatch(/^\+OK\r\n-ASK /);
+        const discards = async (): Promise<number> =>
+          Number(/cmdstat_discard:calls=(\d+)/.exec(String(await cluster.command(source, 'INFO', 'commandstats')))?.[1] ?? 0);
+        const discardsBefore = await discards();
         expect(await exchange(sourcePort, lockAttempt(key, 60), 4)).toBe(viaProxy(direct));
+        // Redis's refusal of the expiry is the one the client got: the transaction was not sent
+        // again (a second round could meet the slot moved on, and answer another redirect).
+        expect(await discards()).toBe(discardsBefore);
         // The client follows it: ASKING, then the block, on the target's listener.
         const replies = await exchange(targetPort, Buffer.concat([cmd('ASKING'), lockAttempt(key, 60)]), 5);
         expect(replies).toBe('+OK\r\n' + attemptReplies(1, 1));

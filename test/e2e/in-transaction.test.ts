@@ -142,14 +142,19 @@ describe('Redis’s own answers, whatever the transaction holds', () => {
     }
   });
 
-  it('the issue’s user refused EXPIRE, after AUTH: the same refusal, EXECABORT, and the counter unchanged', async () => {
-    await setUser('noexpire', '+@all', '-expire');
+  it.each([
+    ['noexpire', ['-expire']],
+    ['noexpireeval', ['-expire', '-eval']],
+  ])('the issue’s user refused EXPIRE (%s), after AUTH: the same refusal, EXECABORT, and the counter unchanged', async (user, denied) => {
+    await setUser(user, '+@all', ...denied);
     const writes: Array<[Buffer, number]> = [
-      [cmd('AUTH', 'noexpire', 'pw'), 1],
+      [cmd('AUTH', user, 'pw'), 1],
+      [lockAttempt(key, 3600), 4],
       [lockAttempt(key, 3600), 4],
     ];
     const direct = await run(env.redis.port, writes);
     expect(direct.replies[1]).toMatch(/^\+OK\r\n\+QUEUED\r\n-NOPERM [^\r]*\r\n-EXECABORT /);
+    expect(direct.replies[2]).toBe(direct.replies[1]);
     expect(direct.counter).toBe('$1\r\n3\r\n');
     expect(await run(enforcing.port, writes)).toEqual(direct);
   });
