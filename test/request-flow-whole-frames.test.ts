@@ -1,16 +1,19 @@
 /**
  * RequestFlow takes the frames that are whole in a chunk and that it only has to count (any
  * command it does not classify, a lone INCR/INCRBY/EXPIRE/PEXPIRE, a SET of other than six
- * arguments) at once, with WholeFrameReader and TransactionState.forwarded, instead of
+ * arguments), and a lock pair's increment and expiry in a followed transaction (NX added), at
+ * once, with WholeFrameReader and TransactionState.forwarded (counted-frames.ts), instead of
  * event by event. Fed one byte at a time no frame is ever whole in a chunk, so every frame goes
  * the event way: both must send Redis the same bytes, expect the same replies and count the same.
  */
+import type { LockBlockRef } from '../src/lock/block-flow.js';
+import type { ExpiryRestore } from '../src/lock/exec-reply.js';
 import { ServerMethods } from '../src/lock/lock-method.js';
 import fc from 'fast-check';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { Cmd } from '../src/resp/commands.js';
-import type { RequestScanner } from '../src/resp/request-scanner.js';
+import { MAX_CAPTURED_KEY, MAX_CAPTURED_VALUE, type RequestScanner } from '../src/resp/request-scanner.js';
 import { WholeFrameReader } from '../src/resp/whole-frame.js';
 import { createRuleSet, parseRuleFile } from '../src/rules/loader.js';
 import type { ProxyContext } from '../src/session/context.js';
@@ -27,14 +30,24 @@ import { cmd } from './support/resp.js';
 import { lockAttempt } from './support/stalwart.js';
 import { frameHeads } from './support/scan.js';
 
-const RULES = createRuleSet(parseRuleFile('rules:\n  - name: locks\n    prefix: "lock:"\n', 'x.yaml').rules, ['x.yaml']);
+const RULES = createRuleSet(
+  parseRuleFile('rules:\n  - name: locks\n    prefix: "lock:"\n  - name: watched\n    prefix: "seen:"\n    mode: observe\n', 'x.yaml')
+    .rules,
+  ['x.yaml'],
+);
+const LONG_KEY = 'lock:' + 'k'.repeat(1100);
 
-/** Replies expected, counted as the flow announces them. */
+/** Replies expected, counted as the flow announces them, and the EXEC replies whose expiries are restored. */
 class CountedReplies extends ReplyStream {
   expected = 0;
+  restores: unknown[] = [];
   override expect(count: number): void {
     this.expected += count;
     super.expect(count);
+  }
+  override restoreExpiries(restore: ExpiryRestore, lock: LockBlockRef): void {
+    this.restores.push({ ...lock, key: Buffer.from(lock.key).toString('latin1') });
+    super.restoreExpiries(restore, lock);
   }
 }
 
@@ -95,6 +108,7 @@ function flow() {
   const outcome = () => ({
     sent: Buffer.concat(sent).toString('latin1'),
     expected: replies.expected,
+    restores: replies.restores,
     holding: requests.holding,
     piping: requests.pipe.active,
     commandsForwarded: stats.commandsForwarded,
@@ -129,6 +143,26 @@ const FRAMES: Buffer[] = [
   Buffer.from('PING\r\n'),
   lockAttempt('lock:a', 60),
   lockAttempt('lock:b', 60),
+  // The pair's frames in every shape the scanner tells apart: other keys, an observing rule, no rule,
+  // expiries that are not a lease, a delta Redis refuses, arguments longer than the scanner captures.
+  cmd('INCR', 'lock:b'),
+  cmd('EXPIRE', 'lock:b', '60'),
+  cmd('PEXPIRE', 'lock:a', '60000'),
+  cmd('EXPIRE', 'lock:a', '0'),
+  cmd('EXPIRE', 'lock:a', '-5'),
+  cmd('EXPIRE', 'lock:a', '60', 'NX'),
+  cmd('INCRBY', 'lock:a', '01'),
+  cmd('INCRBY', 'lock:a', '1'.repeat(40)),
+  cmd('PEXPIRE', 'lock:a', '1'.repeat(40)),
+  cmd('INCR', 'seen:a'),
+  cmd('EXPIRE', 'seen:a', '60'),
+  cmd('INCR', 'free'),
+  cmd('EXPIRE', 'free', '60'),
+  cmd('INCR', LONG_KEY),
+  cmd('EXPIRE', LONG_KEY, '60'),
+  lockAttempt('seen:a', 60),
+  lockAttempt(LONG_KEY, 60),
+  Buffer.from('EXPIRE lock:a 60\r\n'),
 ];
 const PIPE = cmd('SUBSCRIBE', 'ch');
 
@@ -152,7 +186,7 @@ describe('RequestFlow: whole frames taken at once', () => {
           expect(inChunks.outcome()).toEqual(byByte.outcome());
         },
       ),
-      { numRuns: 300 },
+      { numRuns: 600 },
     );
   });
 
@@ -177,7 +211,22 @@ describe('RequestFlow: whole frames taken at once', () => {
   });
 
   it('reads the same command, arity and end as the scanner, on random frames', () => {
-    const names = ['GET', 'set', 'MULTI', 'exec', 'INCRBY', 'Expire', 'PEXPIRE', 'CLIENT', 'SUBSCRIBE', 'QUIT', 'RESET', 'ASKING', 'X'];
+    const names = [
+      'GET',
+      'set',
+      'MULTI',
+      'exec',
+      'INCRBY',
+      'incr',
+      'Expire',
+      'PEXPIRE',
+      'CLIENT',
+      'SUBSCRIBE',
+      'QUIT',
+      'RESET',
+      'ASKING',
+      'X',
+    ];
     fc.assert(
       fc.property(fc.constantFrom(...names), fc.array(fc.uint8Array({ maxLength: 30 }), { maxLength: 12 }), fc.nat(), (name, args, cut) => {
         const frame = cmd(name, ...args.map((arg) => Buffer.from(arg)));
@@ -186,10 +235,19 @@ describe('RequestFlow: whole frames taken at once', () => {
         const after = whole.read(chunk, 0);
         if (chunk.length < frame.length || args.some((arg) => arg.length === 0)) expect(after).toBe(-1);
         if (after < 0) return;
-        const scanner = frameHeads(frame).next().value as { scanner: RequestScanner };
-        expect([whole.cmd, whole.argc, after]).toEqual([scanner.scanner.cmd, scanner.scanner.argc, frame.length]);
+        const { scanner } = frameHeads(frame).next().value as { scanner: RequestScanner };
+        expect([whole.cmd, whole.argc, after]).toEqual([scanner.cmd, scanner.argc, frame.length]);
+        // A pair command's key and value where the reader says they lie, as the scanner captured them.
+        if (!([Cmd.Incr, Cmd.Incrby, Cmd.Expire, Cmd.Pexpire] as Cmd[]).includes(whole.cmd)) return;
+        const arg = (buf: Buffer, start: number, length: number): string => buf.toString('latin1', start, start + length);
+        if (whole.argc > 1 && whole.keyLength <= MAX_CAPTURED_KEY) {
+          expect(arg(whole.key, whole.keyStart, whole.keyLength)).toBe(arg(scanner.key, scanner.keyStart, scanner.keyLength));
+        }
+        if (whole.cmd !== Cmd.Incr && whole.argc > 2 && whole.valueLength <= MAX_CAPTURED_VALUE && !scanner.oversize) {
+          expect(arg(whole.value, whole.valueStart, whole.valueLength)).toBe(arg(scanner.value, scanner.valueStart, scanner.valueLength));
+        }
       }),
-      { numRuns: 500 },
+      { numRuns: 3000 },
     );
   });
 

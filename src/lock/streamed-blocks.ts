@@ -172,7 +172,12 @@ export class StreamedBlocks {
    * whose rule enforces (to be fixed); changes nothing.
    */
   isEnforcedExpiry(scanner: RequestScanner): boolean {
-    return this.expiryMayFollow && completesPair(this.increment as Increment, scanner);
+    return this.isEnforcedExpiryFrame(scannedArgs(scanner));
+  }
+
+  /** isEnforcedExpiry(), for a frame however it was read (a whole one, say). */
+  isEnforcedExpiryFrame(frame: PairArgs): boolean {
+    return this.expiryMayFollow && completesPair(this.increment as Increment, frame);
   }
 
   /**
@@ -180,9 +185,14 @@ export class StreamedBlocks {
    * when it completes a pair under an enforcing rule ('nx', or why not).
    */
   queued(scanner: RequestScanner, index: number, rules: RuleSet, outcome: PairOutcome | null): void {
+    this.queuedFrame(scannedArgs(scanner), index, rules, outcome);
+  }
+
+  /** queued(), for a frame however it was read (a whole one, say). */
+  queuedFrame(frame: PairArgs, index: number, rules: RuleSet, outcome: PairOutcome | null): void {
     const increment = this.increment;
     this.increment = null;
-    if (increment !== null && completesPair(increment, scanner)) {
+    if (increment !== null && completesPair(increment, frame)) {
       const observes = increment.rule !== undefined && effectiveMode(increment.rule, this.settings.mode) === 'observe';
       this.pairs.push({
         key: increment.key,
@@ -194,13 +204,12 @@ export class StreamedBlocks {
       });
       return;
     }
-    if (scanner.inline || scanner.oversize || this.sealed) return;
+    if (this.sealed) return;
     const isIncrement =
-      (scanner.cmd === Cmd.Incr && scanner.argc === 2) ||
-      (scanner.cmd === Cmd.Incrby && scanner.argc === 3 && isRedisInteger(scanner.value.subarray(0, scanner.valueLength)));
+      (frame.cmd === Cmd.Incr && frame.argc === 2) || (frame.cmd === Cmd.Incrby && frame.argc === 3 && isRedisInteger(valueOf(frame)));
     if (!isIncrement) return;
-    const key = Buffer.from(scanner.key.subarray(0, scanner.keyLength));
-    const delta = scanner.cmd === Cmd.Incrby ? Buffer.from(scanner.value.subarray(0, scanner.valueLength)) : null;
+    const key = Buffer.from(frame.key.subarray(frame.keyStart, frame.keyStart + frame.keyLength));
+    const delta = frame.cmd === Cmd.Incrby ? Buffer.from(valueOf(frame)) : null;
     this.increment = { key, delta, rule: rules.match(key), first: index === 0 };
   }
 
@@ -284,11 +293,42 @@ export class StreamedBlocks {
   }
 }
 
-/** Whether the frame whose head the scanner holds is an expiry of `increment`'s key that completes a pair. */
-function completesPair(increment: Increment, scanner: RequestScanner): boolean {
-  if (scanner.inline || scanner.oversize || scanner.argc !== 3) return false;
-  const milliseconds = scanner.cmd === Cmd.Pexpire;
-  if (scanner.cmd !== Cmd.Expire && !milliseconds) return false;
-  if (!increment.key.equals(scanner.key.subarray(0, scanner.keyLength))) return false;
-  return isRewritableExpiry(scanner.value.subarray(0, scanner.valueLength), milliseconds);
+/**
+ * What a pair's frames are told by, however they were read (RequestScanner, WholeFrameReader): the
+ * command, the arity, and arguments 1 and 2 where they lie, valid only while the frame is looked
+ * at. `argc` is 0 where the arguments were not read (an inline command, or one longer than the
+ * scanner captures): no pair then.
+ */
+export interface PairArgs {
+  readonly cmd: Cmd;
+  readonly argc: number;
+  readonly key: Buffer;
+  readonly keyStart: number;
+  readonly keyLength: number;
+  readonly value: Buffer;
+  readonly valueStart: number;
+  readonly valueLength: number;
+}
+
+const NONE = Buffer.alloc(0);
+/** An inline frame's arguments, and any longer than the scanner captures, are not read. */
+const UNREAD: PairArgs = { cmd: Cmd.Other, argc: 0, key: NONE, keyStart: 0, keyLength: 0, value: NONE, valueStart: 0, valueLength: 0 };
+
+function scannedArgs(scanner: RequestScanner): PairArgs {
+  return scanner.inline || scanner.oversize ? UNREAD : scanner;
+}
+
+function valueOf(frame: PairArgs): Buffer {
+  return frame.value.subarray(frame.valueStart, frame.valueStart + frame.valueLength);
+}
+
+/** Whether a frame is an expiry of `increment`'s key that completes a pair. */
+function completesPair(increment: Increment, frame: PairArgs): boolean {
+  if (frame.argc !== 3) return false;
+  const milliseconds = frame.cmd === Cmd.Pexpire;
+  if (frame.cmd !== Cmd.Expire && !milliseconds) return false;
+  const keyStart = frame.keyStart;
+  if (frame.keyLength !== increment.key.length || increment.key.compare(frame.key, keyStart, keyStart + frame.keyLength) !== 0)
+    return false;
+  return isRewritableExpiry(valueOf(frame), milliseconds);
 }

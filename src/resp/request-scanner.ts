@@ -85,9 +85,11 @@ export class RequestScanner {
   oversize = false;
   /** Argument 1 (usually the key), valid for `key.subarray(0, keyLength)`. */
   readonly key = Buffer.allocUnsafe(MAX_CAPTURED_KEY);
+  readonly keyStart = 0;
   keyLength = 0;
-  /** Argument 2 (a delta or a TTL for the commands the proxy rewrites). */
+  /** Argument 2 (a delta or a TTL for the commands the proxy rewrites), valid for `value.subarray(0, valueLength)`. */
   readonly value = Buffer.allocUnsafe(MAX_CAPTURED_VALUE);
+  readonly valueStart = 0;
   valueLength = 0;
   /** Arguments 3 to 5, for the commands that need them (SET's NX and EX n, in either order), valid for their lengths. */
   readonly arg3 = Buffer.allocUnsafe(MAX_CAPTURED_OPTION);

@@ -9,11 +9,24 @@
 import { classifyCommand, Cmd } from './commands.js';
 import { ShortNumberLine } from './number-line.js';
 
+const EMPTY = Buffer.alloc(0);
+
 export class WholeFrameReader {
   /** The command of the frame read last. */
   cmd: Cmd = Cmd.Other;
   /** Its number of arguments, the name included. */
   argc = 0;
+  /**
+   * Where its argument 1 (the key, for the commands of a lock pair) lies, when argc > 1, and its
+   * argument 2 (a delta or an expiry), when argc > 2: in the buffer read (`key`, `value`), valid
+   * only as long as that buffer is.
+   */
+  key: Buffer = EMPTY;
+  keyStart = 0;
+  keyLength = 0;
+  value: Buffer = EMPTY;
+  valueStart = 0;
+  valueLength = 0;
   private readonly line = new ShortNumberLine();
 
   /**
@@ -36,9 +49,18 @@ export class WholeFrameReader {
       pos = body + length + 2; // the two bytes after a body are skipped unchecked, as Redis does
       if (pos > end) return -1;
       if (arg === 0) cmd = classifyCommand(buf, body, length);
+      else if (arg === 1) {
+        this.keyStart = body;
+        this.keyLength = length;
+      } else if (arg === 2) {
+        this.valueStart = body;
+        this.valueLength = length;
+      }
     }
     this.cmd = cmd;
     this.argc = argc;
+    this.key = buf;
+    this.value = buf;
     return pos;
   }
 }

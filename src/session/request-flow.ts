@@ -67,7 +67,8 @@ const { EXPIRE, PEXPIRE } = BLOCK_COMMANDS;
 
 export class RequestFlow {
   private readonly scanner = new RequestScanner();
-  private readonly counted = new CountedFrames();
+  /** The fast path over whole frames. */
+  private readonly counted: CountedFrames;
   private readonly tx = new TransactionState();
   private readonly blocks: LockBlocks;
   private readonly streamed: StreamedBlocks;
@@ -126,6 +127,16 @@ export class RequestFlow {
     this.lockReplies = new LockReplies(replies, lockPort, counting);
     this.server = new ServerWay(port, replies, this.tx, ctx);
     this.pipe = new PlainPipe(port, replies, this.scanner, this.tx, this.server, ctx);
+    const server = this.server;
+    this.counted = new CountedFrames({
+      tx: this.tx,
+      streamed: this.streamed,
+      replies,
+      stats: ctx.stats,
+      rules: () => ctx.rules(),
+      method: () => server.method(),
+      writeUpstream: (bytes) => port.writeUpstream(bytes),
+    });
     if (this.pipe.withoutRules) this.enterPipe(true);
   }
 
@@ -183,7 +194,8 @@ export class RequestFlow {
     let from = 0;
     while (pos < chunk.length) {
       if (scanner.atFrameBoundary && !blocks.holding) {
-        pos = this.countWholeFrames(chunk, pos);
+        pos = this.counted.take(chunk, pos, from);
+        from = this.counted.unsentFrom;
         if (pos === chunk.length) break;
       }
       pos = scanner.next(chunk, pos);
@@ -251,25 +263,6 @@ export class RequestFlow {
       }
     }
     this.endOfChunk(chunk, from);
-  }
-
-  /**
-   * The frames from `pos` (the scanner between frames) that are whole in the chunk and only
-   * counted (counted-frames.ts) are taken at once: their replies are expected, and their bytes go
-   * upstream with the rest of the chunk. Returns where the next frame begins; the scanner reads
-   * that one.
-   */
-  private countWholeFrames(chunk: Buffer, pos: number): number {
-    const following = this.streamed.active;
-    pos = this.counted.take(chunk, pos, following);
-    const frames = this.counted.taken;
-    if (frames > 0) {
-      if (following) this.streamed.others();
-      this.tx.forwarded(frames);
-      this.ctx.stats.commandsForwarded += frames;
-      this.replies.expect(frames);
-    }
-    return pos;
   }
 
   /**
